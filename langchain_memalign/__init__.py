@@ -1,0 +1,42 @@
+"""LLM judges that learn from human feedback through a dual memory (MemAlign).
+
+The public surface: `MemAlignJudge` (a LangChain Runnable), `Feedback`, the
+reports, the scale, the memory records and the errors.
+"""
+
+from langchain_memalign.config import JudgeConfig
+from langchain_memalign.episodic import Episode
+from langchain_memalign.errors import (
+    EmbeddingMismatchError,
+    InvalidFeedbackError,
+    MalformedOutputError,
+    MemAlignError,
+    MemoryFormatError,
+    ReflectionError,
+    UnknownFeedbackError,
+)
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.scale import Scale
+from langchain_memalign.semantic import Guideline
+
+__all__ = [
+    "AlignReport",
+    "EmbeddingMismatchError",
+    "Episode",
+    "Feedback",
+    "Guideline",
+    "InvalidFeedbackError",
+    "JudgeConfig",
+    "MalformedOutputError",
+    "MemAlignError",
+    "MemAlignJudge",
+    "MemoryFormatError",
+    "ReflectionError",
+    "Scale",
+    "UnalignReport",
+    "UnknownFeedbackError",
+    "Usage",
+]
+__version__ = "0.1.0"

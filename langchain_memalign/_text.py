@@ -1,0 +1,96 @@
+"""Rendering of judge inputs and outputs to text, truncation and token estimates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_WS = re.compile(r"\s+")
+
+
+def render(value: Any) -> str:
+    """Render inputs/outputs as text for prompts and embeddings.
+
+    The same function is used when an episode is stored and when a new case is
+    looked up, so retrieval always compares like with like.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        if len(value) == 1:
+            # {"question": "..."}: the key adds nothing but noise to an embedding.
+            return render(next(iter(value.values())))
+        return "\n".join(f"{k}: {render(v)}" for k, v in value.items())
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        if all(_is_message(m) for m in value):
+            return "\n".join(_render_message(m) for m in value)
+        return "\n".join(render(v) for v in value)
+    if hasattr(value, "content") and hasattr(value, "type"):  # a LangChain message
+        return _render_message(value)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _is_message(m: Any) -> bool:
+    if isinstance(m, Mapping):
+        return "content" in m and ("role" in m or "type" in m)
+    return hasattr(m, "content") and hasattr(m, "type")
+
+
+def _render_message(m: Any) -> str:
+    if isinstance(m, Mapping):
+        role = m.get("role") or m.get("type")
+        content = m.get("content")
+    else:
+        role, content = m.type, m.content
+    return f"{role}: {render(content)}"
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """Cut `text` to `max_chars`, marking the cut so the model knows text is missing."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    if max_chars <= 3:
+        return text[:max_chars]
+    return text[: max_chars - 3].rstrip() + "..."
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate tokens without a tokenizer (about four characters a token)."""
+    return (len(text) + 3) // 4
+
+
+def normalize(text: str) -> str:
+    """Normalize a guideline for duplicate detection."""
+    return _WS.sub(" ", text).strip().strip(".").lower()
+
+
+def stable_hash(value: Any) -> str:
+    """Hash JSON-able content deterministically."""
+    blob = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def extract_json(text: str) -> Any:
+    """Parse the first JSON object in free text (code fences and prose allowed)."""
+    text = text.strip()
+    fence = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    if fence:
+        text = fence.group(1).strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("no JSON object in the model output")
+    decoder = json.JSONDecoder()
+    obj, _ = decoder.raw_decode(text[start:])
+    return obj

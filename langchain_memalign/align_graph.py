@@ -1,0 +1,360 @@
+r"""The alignment graph: reflect on feedback in parallel, merge into memory, consolidate.
+
+```
+START -(Send per batch)-> reflect -> merge -(over budget?)-> consolidate -> END
+      \\-(nothing to reflect)-------/      \\----------------------------------> END
+```
+`reflect` distills guidelines from one batch of feedback; a batch that fails
+is recorded, never dropped: its feedback is stored and kept pending for the
+next alignment. `merge` embeds only new or changed cases and new guidelines,
+in one call, and commits episodes and guidelines in one transaction.
+`forget` is the unalign step: it removes feedback and re-derives every
+guideline that came from it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypedDict
+
+import numpy as np
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Send
+from pydantic import BaseModel, Field
+
+from langchain_memalign._text import normalize
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory import JudgeMemory
+from langchain_memalign.prompts import consolidate_messages, rederive_messages, reflect_messages
+from langchain_memalign.reports import Usage
+from langchain_memalign.semantic import (
+    Guideline,
+    Proposal,
+    merge_proposals,
+    new_guideline_id,
+    total_tokens,
+)
+from langchain_memalign.structured import StructuredCaller
+
+# -- what the model returns -------------------------------------------------------------
+
+
+class ProposedGuideline(BaseModel):
+    """A guideline distilled from feedback."""
+
+    text: str = Field(description="One short, general, imperative grading rule.")
+    source_ids: list[str] = Field(description="Ids of the feedback it comes from.")
+    existing_id: str = Field(default="", description="Id of the existing guideline it repeats.")
+
+
+class Reflection(BaseModel):
+    """Guidelines distilled from a batch of feedback."""
+
+    guidelines: list[ProposedGuideline]
+
+
+class Rederived(BaseModel):
+    """A guideline restated from its remaining sources; empty if none support it."""
+
+    text: str
+
+
+class MergedGuideline(BaseModel):
+    """A consolidated guideline and the ids of the guidelines it replaces."""
+
+    text: str
+    merged_from: list[str]
+
+
+class Consolidation(BaseModel):
+    """The consolidated set of guidelines."""
+
+    guidelines: list[MergedGuideline]
+
+
+# -- state ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReflectionResult:
+    """The outcome of reflecting on one batch."""
+
+    batch_ids: list[str]
+    proposals: list[Proposal] = field(default_factory=list)
+    error: str | None = None
+
+
+class AlignState(TypedDict, total=False):
+    """State of one alignment."""
+
+    to_store: list[Feedback]
+    batches: list[list[Feedback]]
+    reflections: Annotated[list[ReflectionResult], operator.add]
+    usages: Annotated[list[Usage], operator.add]
+    failed: Annotated[list[str], operator.add]
+    errors: Annotated[list[str], operator.add]
+
+
+class ReflectInput(TypedDict):
+    """Input of one `reflect` task."""
+
+    batch: list[Feedback]
+
+
+@dataclass
+class ForgetResult:
+    """What `forget` removed and re-derived."""
+
+    removed: list[str] = field(default_factory=list)
+    rederived: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+class AlignNodes:
+    """The nodes of the alignment graph, bound to one judge's memory and reflection model."""
+
+    def __init__(self, memory: JudgeMemory, model: BaseChatModel) -> None:
+        self.memory = memory
+        retries = memory.config.max_retries
+        self.reflector = StructuredCaller(model, Reflection, what="reflection", retries=retries)
+        self.rederiver = StructuredCaller(
+            model, Rederived, what="guideline re-derivation", retries=retries
+        )
+        self.consolidator = StructuredCaller(
+            model, Consolidation, what="guideline consolidation", retries=retries
+        )
+
+    # -- reflect --------------------------------------------------------------------------
+
+    def route_batches(self, state: AlignState) -> list[Send] | str:
+        """Fan out one `reflect` task per batch; go straight to `merge` when there is none."""
+        sends = [Send("reflect", {"batch": b}) for b in state.get("batches") or [] if b]
+        return sends or "merge"
+
+    def reflect(self, inp: ReflectInput, config: RunnableConfig) -> dict[str, Any]:
+        """Distill guidelines from one batch of feedback."""
+        batch = inp["batch"]
+        ids = [fb.id for fb in batch]
+        cfg = self.memory.config
+        messages = reflect_messages(
+            cfg.instructions, cfg.scale, batch, self.memory.guidelines, cfg.episode_max_chars
+        )
+        try:
+            out, usage = self.reflector.invoke(messages, config)
+        except Exception as e:  # recorded and retried later, never dropped
+            return {
+                "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],
+                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
+                "failed": ids,
+                "errors": [f"reflection on feedback {ids} failed: {e}"],
+            }
+        proposals = []
+        for p in out.guidelines:
+            sources = [s for s in p.source_ids if s in ids]
+            # A guideline citing no known feedback is credited to the whole batch,
+            # so that unaligning any of it re-derives the guideline (errs on privacy).
+            proposals.append(Proposal(p.text, sources or ids, p.existing_id))
+        return {"reflections": [ReflectionResult(ids, proposals)], "usages": [usage]}
+
+    # -- merge ----------------------------------------------------------------------------
+
+    def merge(self, state: AlignState) -> dict[str, Any]:
+        """Store episodes and merge distilled guidelines into memory, in one transaction."""
+        mem = self.memory
+        to_store = state.get("to_store") or []
+        reflections = state.get("reflections") or []
+        if not to_store and not reflections:
+            return {}
+        failed = {i for r in reflections if r.error for i in r.batch_ids}
+        reflected = {i for r in reflections if not r.error for i in r.batch_ids}
+        plan = merge_proposals(mem.guidelines, [p for r in reflections for p in r.proposals])
+
+        texts = {fb.id: mem.case_text(fb.inputs, fb.outputs) for fb in to_store}
+        stored = mem.store.episode_keys(texts)
+        hashes = {fid: mem.text_hash(t) for fid, t in texts.items()}
+        to_embed = [fid for fid in texts if stored.get(fid, (0, ""))[1] != hashes[fid]]
+        usage = Usage()
+        all_texts = [texts[f] for f in to_embed] + [g.text for g in plan.added]
+        vectors = mem.embed(all_texts, usage) if all_texts else np.zeros((0, 0), np.float32)
+        episode_vectors = dict(zip(to_embed, vectors[: len(to_embed)], strict=True))
+        guideline_vectors = vectors[len(to_embed) :]
+
+        new_rows: list[int] = []
+        with mem.store.transaction() as conn:
+            position = mem.store.next_position()
+            for fb in to_store:
+                done = fb.rationale is None or fb.id in reflected
+                mem.store.put_feedback(conn, fb, reflected=done and fb.id not in failed)
+                rowid = mem.store.put_episode(
+                    conn, fb.id, hashes[fb.id], episode_vectors.get(fb.id)
+                )
+                if fb.id in episode_vectors:
+                    new_rows.append(rowid)
+            mem.store.set_reflected(conn, reflected - failed, True)
+            for i, g in enumerate(plan.added):
+                mem.store.put_guideline(conn, g, guideline_vectors[i], position + i)
+            for g in plan.updated:
+                mem.store.put_guideline(conn, g, None, 0)
+            mem.store.log(
+                conn, "align", [fb.id for fb in to_store] + sorted(reflected),
+                [g.id for g in plan.added + plan.updated],
+            )  # fmt: skip
+        if new_rows:
+            mem.index.upsert(new_rows, np.stack([episode_vectors[f] for f in to_embed]))
+        mem.refresh_guidelines()
+        return {"usages": [usage]}
+
+    # -- consolidate ----------------------------------------------------------------------
+
+    def route_consolidation(self, state: AlignState) -> str:
+        """Consolidate only when the guidelines outgrow their token budget."""
+        over = total_tokens(self.memory.guidelines) > self.memory.config.guideline_token_budget
+        return "consolidate" if over else END
+
+    def consolidate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """Merge overlapping guidelines with the model, keeping the union of their provenance."""
+        mem = self.memory
+        cfg = mem.config
+        guidelines = list(mem.guidelines)
+        max_words = max(30, int(cfg.guideline_token_budget * 0.45))
+        try:
+            out, usage = self.consolidator.invoke(
+                consolidate_messages(cfg.instructions, guidelines, max_words), config
+            )
+        except Exception as e:
+            # The memory stays valid (only larger); judgments still fit the budget
+            # because they select the most relevant guidelines.
+            return {
+                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
+                "errors": [f"consolidation failed, guidelines kept as they were: {e}"],
+            }
+        by_id = {g.id: g for g in guidelines}
+        replaced: set[str] = set()
+        created: list[Guideline] = []
+        for item in out.guidelines:
+            ids = [i for i in dict.fromkeys(item.merged_from) if i in by_id and i not in replaced]
+            text = " ".join(item.text.split())
+            if not ids or not text:
+                continue
+            if len(ids) == 1 and normalize(text) == normalize(by_id[ids[0]].text):
+                continue
+            sources = list(dict.fromkeys(s for i in ids for s in by_id[i].source_ids))
+            created.append(Guideline(id=new_guideline_id(), text=text, source_ids=tuple(sources)))
+            replaced.update(ids)
+        if not created:
+            return {"usages": [usage]}
+        vectors = mem.embed([g.text for g in created], usage)
+        with mem.store.transaction() as conn:
+            position = mem.store.next_position()
+            mem.store.delete_guidelines(conn, replaced)
+            for i, g in enumerate(created):
+                mem.store.put_guideline(conn, g, vectors[i], position + i)
+            mem.store.log(
+                conn, "consolidate", [s for g in created for s in g.source_ids],
+                sorted(replaced) + [g.id for g in created],
+            )  # fmt: skip
+        mem.refresh_guidelines()
+        return {"usages": [usage]}
+
+    # -- forget (unalign) -------------------------------------------------------------------
+
+    def forget(
+        self, ids: Sequence[str], *, delete: bool, config: RunnableConfig | None = None
+    ) -> ForgetResult:
+        """Detach feedback from memory and re-derive the guidelines it fed.
+
+        A guideline whose every source is among `ids` is removed; one with
+        other sources is re-distilled from those alone. With `delete`, the
+        feedback and its episodes are removed too (unalign); without, only
+        the guidelines are re-derived (the feedback is about to be replaced).
+        """
+        mem = self.memory
+        gone = set(ids)
+        result = ForgetResult()
+        affected = [g for g in mem.guidelines if gone & set(g.source_ids)]
+        redo = [g for g in affected if set(g.source_ids) - gone]
+        result.removed = [g.id for g in affected if not set(g.source_ids) - gone]
+        support = mem.store.get_feedback({s for g in redo for s in g.source_ids if s not in gone})
+        outcomes: list[Any] = []
+        if redo:
+            cfg = mem.config
+
+            def one(g: Guideline) -> Any:
+                remaining = [support[s] for s in g.source_ids if s in support]
+                msgs = rederive_messages(cfg.instructions, g, remaining, cfg.episode_max_chars)
+                return self.rederiver.invoke(msgs, config)
+
+            outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)
+        keep_texts = {normalize(g.text): g for g in mem.guidelines if g not in affected}
+        rederived: list[Guideline] = []
+        widened: dict[str, Guideline] = {}
+        pending: set[str] = set()
+        for g, outcome in zip(redo, outcomes, strict=True):
+            remaining = tuple(s for s in g.source_ids if s not in gone)
+            if isinstance(outcome, Exception):
+                # Drop the guideline (it may carry the withdrawn feedback) and
+                # let the next align distill its remaining sources afresh.
+                result.usage = result.usage + (
+                    getattr(outcome, "usage", None) or Usage(llm_calls=1)
+                )
+                result.errors.append(f"re-deriving guideline {g.id} failed: {outcome}")
+                result.removed.append(g.id)
+                pending.update(remaining)
+                continue
+            out, usage = outcome
+            result.usage = result.usage + usage
+            text = " ".join(out.text.split())
+            twin = keep_texts.get(normalize(text))
+            if not text:
+                result.removed.append(g.id)
+            elif twin is not None:  # it now says what another guideline says
+                base = widened.get(twin.id, twin)
+                merged = tuple(dict.fromkeys(base.source_ids + remaining))
+                widened[twin.id] = base.model_copy(update={"source_ids": merged})
+                result.removed.append(g.id)
+            else:
+                rederived.append(g.model_copy(update={"text": text, "source_ids": remaining}))
+        result.rederived = [g.id for g in rederived]
+        vectors = mem.embed([g.text for g in rederived], result.usage) if rederived else None
+        rows = [r for r, _ in mem.store.episode_keys(ids).values()] if delete else []
+        with mem.store.transaction() as conn:
+            mem.store.delete_guidelines(conn, result.removed)
+            for i, g in enumerate(rederived):
+                assert vectors is not None
+                mem.store.put_guideline(conn, g, vectors[i], 0)
+            for g in widened.values():
+                mem.store.put_guideline(conn, g, None, 0)
+            if delete:
+                mem.store.delete_feedback(conn, ids)
+            else:
+                mem.store.set_reflected(conn, ids, False)
+            mem.store.set_reflected(conn, pending, False)
+            mem.store.log(
+                conn, "unalign" if delete else "replace", ids,
+                result.removed + result.rederived + list(widened),
+            )  # fmt: skip
+        mem.index.remove(rows)
+        mem.refresh_guidelines()
+        return result
+
+
+def build_align_graph(
+    memory: JudgeMemory, model: BaseChatModel, *, name: str | None = None
+) -> CompiledStateGraph[AlignState, None, AlignState, AlignState]:
+    """Compile the alignment graph for a memory and a reflection model."""
+    nodes = AlignNodes(memory, model)
+    graph = StateGraph(AlignState)
+    graph.add_node("reflect", nodes.reflect, input_schema=ReflectInput)
+    graph.add_node("merge", nodes.merge)
+    graph.add_node("consolidate", nodes.consolidate)
+    graph.add_conditional_edges(START, nodes.route_batches, ["reflect", "merge"])
+    graph.add_edge("reflect", "merge")
+    graph.add_conditional_edges("merge", nodes.route_consolidation, ["consolidate", END])
+    graph.add_edge("consolidate", END)
+    return graph.compile(name=name or f"{memory.config.name}_align")

@@ -1,0 +1,43 @@
+"""Configuration of a judge, stored with its memory."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from langchain_memalign.scale import Scale
+
+
+class JudgeConfig(BaseModel):
+    """Everything that defines a judge apart from its models and its memory."""
+
+    name: str = Field(description="The feedback key the judge scores, e.g. 'helpfulness'.")
+    instructions: str = Field(
+        description="The judge prompt; `{inputs}`, `{outputs}` and `{reference_outputs}` "
+        "are filled in with the case."
+    )
+    scale: Scale
+    k: int = Field(default=5, ge=0, description="Episodes retrieved per judgment.")
+    embed: Literal["inputs", "inputs_outputs"] = Field(
+        default="inputs",
+        description="What text of a case is embedded, at write and query time alike.",
+    )
+    guideline_token_budget: int = Field(
+        default=800, ge=50,
+        description="Tokens of guidelines in a judge prompt; past it guidelines are "
+        "consolidated, and only the most relevant are shown.",
+    )  # fmt: skip
+    episode_max_chars: int = Field(
+        default=900, ge=100, description="Characters of one episode shown in a judge prompt."
+    )
+    embed_max_chars: int = Field(
+        default=1500, ge=50,
+        description="Characters embedded per case (embedding models have short contexts).",
+    )  # fmt: skip
+    reflect_batch_size: int = Field(
+        default=8, ge=1, description="Feedback items distilled per reflection call."
+    )
+    max_retries: int = Field(
+        default=2, ge=0, description="Retries when a model returns malformed output."
+    )

@@ -1,0 +1,63 @@
+"""Exceptions raised by langchain-memalign.
+
+Every error names the thing that was wrong (a feedback id, a file, a model
+output) so that a user can fix the input rather than debug the library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MemAlignError(Exception):
+    """Base class of all langchain-memalign errors."""
+
+
+class InvalidFeedbackError(MemAlignError, ValueError):
+    """A feedback item is malformed or its value is outside the judge's scale."""
+
+    def __init__(self, message: str, *, feedback_id: str | None = None) -> None:
+        super().__init__(message)
+        self.feedback_id = feedback_id
+
+
+class UnknownFeedbackError(MemAlignError, KeyError):
+    """Ids passed to `unalign` (or a lookup) that the memory does not hold."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+        super().__init__(f"unknown feedback id(s): {', '.join(repr(i) for i in ids)}")
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0])
+
+
+class MalformedOutputError(MemAlignError, ValueError):
+    """The model kept returning output that does not match the expected schema."""
+
+    def __init__(self, message: str, *, raw_output: Any = None) -> None:
+        super().__init__(message)
+        self.raw_output = raw_output
+        self.usage: Any = None  # the calls and tokens spent on the failed attempts
+
+
+class ReflectionError(MemAlignError):
+    """Some reflection batches failed; their feedback is stored and kept pending.
+
+    The feedback of failed batches is stored as episodes and marked as not yet
+    reflected, so the next `align` retries the distillation. `report` is the
+    report of the alignment that did go through.
+    """
+
+    def __init__(self, message: str, *, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class MemoryFormatError(MemAlignError):
+    """A memory folder is missing, corrupt, or from an incompatible version."""
+
+
+class EmbeddingMismatchError(MemAlignError):
+    """A memory is opened with a different embedding model than it was built with."""

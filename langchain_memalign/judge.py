@@ -1,0 +1,453 @@
+"""`MemAlignJudge`: an LLM judge that aligns itself with human feedback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import ensure_config
+from langgraph.graph.state import CompiledStateGraph
+from pydantic import ValidationError
+
+from langchain_memalign.align_graph import AlignNodes, AlignState, build_align_graph
+from langchain_memalign.config import JudgeConfig
+from langchain_memalign.errors import (
+    InvalidFeedbackError,
+    ReflectionError,
+    UnknownFeedbackError,
+)
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.judge_graph import JudgeState, build_judge_graph
+from langchain_memalign.memory import JudgeMemory
+from langchain_memalign.models import resolve_chat_model, resolve_embeddings
+from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.scale import Scale, ScaleSpec
+from langchain_memalign.semantic import Guideline
+
+_CASE_KEYS = ("inputs", "outputs", "reference_outputs")
+
+
+class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
+    r"""An LLM judge with a semantic and an episodic memory of expert feedback.
+
+    The judge is a LangChain `Runnable`: `invoke`, `ainvoke`, `batch`,
+    `abatch` and `stream` take `{"inputs", "outputs", "reference_outputs"}`
+    and return an openevals-style result `{"key", "score", "comment",
+    "metadata"}`. It is also callable like an openevals evaluator:
+    `judge(inputs=..., outputs=...)`.
+
+    Example:
+        ```python
+        judge = MemAlignJudge(
+            name="helpfulness",
+            instructions="Is the reply helpful?\\nUser: {inputs}\\nReply: {outputs}",
+            model="openai:gpt-4.1-mini",
+            embeddings="openai:text-embedding-3-small",
+            scale=bool,
+        )
+        judge.align([Feedback(id="t1", inputs="...", outputs="...", value=False,
+                              rationale="Too cold for a frustrated customer.")])
+        judge.invoke({"inputs": "...", "outputs": "..."})
+        ```
+
+    Args:
+        name: The feedback key the judge scores.
+        instructions: The judge prompt, with `{inputs}`, `{outputs}` and
+            `{reference_outputs}` placeholders (`{{ inputs }}` works too).
+        model: A chat model or a `"provider:model"` string.
+        embeddings: An embedding model or a `"provider:model"` string.
+        scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
+        k: Past cases retrieved per judgment.
+        reflection_model: The model that distills guidelines; defaults to `model`.
+        path: A memory folder (created if missing, reopened if present);
+            `None` keeps the memory in process.
+        **options: Further `JudgeConfig` fields (`embed`, `guideline_token_budget`,
+            `episode_max_chars`, `embed_max_chars`, `reflect_batch_size`, `max_retries`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str,
+        model: str | BaseChatModel,
+        embeddings: str | Embeddings,
+        scale: ScaleSpec = bool,
+        k: int = 5,
+        reflection_model: str | BaseChatModel | None = None,
+        path: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> None:
+        config = JudgeConfig(
+            name=name, instructions=instructions, scale=Scale.of(scale), k=k, **options
+        )
+        emb = resolve_embeddings(embeddings)
+        self._setup(
+            JudgeMemory.create(path, emb, config),
+            resolve_chat_model(model),
+            None if reflection_model is None else resolve_chat_model(reflection_model),
+        )
+
+    def _setup(
+        self, memory: JudgeMemory, model: BaseChatModel, reflection_model: BaseChatModel | None
+    ) -> None:
+        self.memory = memory
+        self.model = model
+        self.reflection_model = reflection_model or model
+        self.name = memory.config.name
+        self.graph: CompiledStateGraph[JudgeState, None, JudgeState, JudgeState] = (
+            build_judge_graph(memory, model)
+        )
+        self._align_nodes = AlignNodes(memory, self.reflection_model)
+        self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
+            build_align_graph(memory, self.reflection_model)
+        )
+        self._chain = (
+            _PrepareCases(memory) | self.graph | RunnableLambda(_take_result)
+        ).with_config(run_name=self.name)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        model: str | BaseChatModel,
+        embeddings: str | Embeddings,
+        reflection_model: str | BaseChatModel | None = None,
+        **overrides: Any,
+    ) -> MemAlignJudge:
+        """Open a saved judge. Makes no embedding call.
+
+        The name, instructions, scale and options come from the memory folder;
+        `overrides` may change options such as `k`. Opening with a different
+        embedding model than the memory was built with raises
+        `EmbeddingMismatchError`.
+        """
+        memory = JudgeMemory.load(path, resolve_embeddings(embeddings), **overrides)
+        judge = cls.__new__(cls)
+        judge._setup(
+            memory,
+            resolve_chat_model(model),
+            None if reflection_model is None else resolve_chat_model(reflection_model),
+        )
+        return judge
+
+    # -- configuration and memory views ---------------------------------------------------
+
+    @property
+    def config(self) -> JudgeConfig:
+        """The judge's configuration."""
+        return self.memory.config
+
+    @property
+    def scale(self) -> Scale:
+        """The judge's scale."""
+        return self.memory.config.scale
+
+    @property
+    def guidelines(self) -> list[Guideline]:
+        """The learned guidelines, each with the feedback ids it came from."""
+        return list(self.memory.guidelines)
+
+    @property
+    def feedback_ids(self) -> list[str]:
+        """Ids of all aligned feedback, oldest first."""
+        return self.memory.store.feedback_ids()
+
+    def get_feedback(self, feedback_id: str) -> Feedback:
+        """A stored feedback item, or `UnknownFeedbackError`."""
+        found = self.memory.store.get_feedback([feedback_id])
+        if feedback_id not in found:
+            raise UnknownFeedbackError([feedback_id])
+        return found[feedback_id]
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every change to the memory, with the feedback ids that caused it."""
+        return self.memory.store.history()
+
+    def stats(self) -> dict[str, int]:
+        """Counts of feedback, episodes, guidelines and history entries."""
+        return {
+            t: self.memory.store.count(t) for t in ("feedback", "episodes", "guidelines", "history")
+        }
+
+    # -- judging ----------------------------------------------------------------------------
+
+    def invoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Judge one case: `{"inputs", "outputs", "reference_outputs"}` -> result."""
+        return self._chain.invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Async twin of `invoke`."""
+        return await self._chain.ainvoke(input, config, **kwargs)
+
+    def batch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Judge many cases; their embeddings are requested in one call."""
+        return self._chain.batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
+
+    async def abatch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async twin of `batch`."""
+        return await self._chain.abatch(
+            inputs, config, return_exceptions=return_exceptions, **kwargs
+        )
+
+    def __call__(
+        self,
+        *,
+        inputs: Any,
+        outputs: Any = None,
+        reference_outputs: Any = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Judge a case openevals-style: `judge(inputs=..., outputs=...)`."""
+        config = cast(RunnableConfig | None, kwargs.pop("config", None))
+        return self.invoke(
+            {"inputs": inputs, "outputs": outputs, "reference_outputs": reference_outputs},
+            config,
+        )
+
+    # -- aligning ---------------------------------------------------------------------------
+
+    def _validate(self, feedback: Iterable[Feedback | dict[str, Any]]) -> list[Feedback]:
+        items: list[Feedback] = []
+        seen: set[str] = set()
+        for n, raw in enumerate(feedback):
+            try:
+                fb = raw if isinstance(raw, Feedback) else Feedback.model_validate(raw)
+            except ValidationError as e:
+                fid = raw.get("id") if isinstance(raw, dict) else None
+                where = f"feedback {fid!r}" if fid else f"feedback item #{n}"
+                raise InvalidFeedbackError(f"{where} is malformed: {e}", feedback_id=fid) from e
+            if fb.id in seen:
+                raise InvalidFeedbackError(
+                    f"feedback {fb.id!r} appears twice in one align call", feedback_id=fb.id
+                )
+            seen.add(fb.id)
+            value = self.scale.validate_value(fb.value, feedback_id=fb.id)
+            items.append(fb if value == fb.value and type(value) is type(fb.value)
+                         else fb.model_copy(update={"value": value}))  # fmt: skip
+        return items
+
+    def align(
+        self,
+        feedback: Iterable[Feedback | dict[str, Any]],
+        config: RunnableConfig | None = None,
+        *,
+        raise_on_failure: bool = True,
+    ) -> AlignReport:
+        """Learn from feedback: store episodes, distill and merge guidelines.
+
+        Feedback already stored unchanged costs nothing; an id with a new
+        value, rationale or case replaces the old version, and guidelines
+        derived from the old version are re-derived. All feedback is validated
+        before anything is stored.
+
+        Raises:
+            InvalidFeedbackError: malformed feedback or a value outside the scale.
+            ReflectionError: some reflection batches failed (with
+                `raise_on_failure`); their feedback is stored and retried by the
+                next `align`, and the error carries the report.
+        """
+        started = time.perf_counter()
+        items = self._validate(feedback)
+        config = ensure_config(config)
+        mem = self.memory
+        with mem.write_lock:
+            before = {g.id for g in mem.guidelines}
+            known = mem.store.feedback_state(fb.id for fb in items)
+            added = [fb for fb in items if fb.id not in known]
+            updated = [
+                fb for fb in items if fb.id in known and known[fb.id][0] != fb.content_hash()
+            ]
+            unchanged = [
+                fb for fb in items if fb.id in known and known[fb.id][0] == fb.content_hash()
+            ]
+            usage = Usage()
+            errors: list[str] = []
+            if updated:
+                forgot = self._align_nodes.forget(
+                    [fb.id for fb in updated], delete=False, config=config
+                )
+                usage, errors = usage + forgot.usage, errors + forgot.errors
+            fresh = {fb.id for fb in added + updated}
+            pending = [i for i in mem.store.pending_reflection() if i not in fresh]
+            to_reflect = [fb for fb in added + updated if fb.rationale]
+            to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
+            size = self.config.reflect_batch_size
+            batches = [to_reflect[i : i + size] for i in range(0, len(to_reflect), size)]
+            state: AlignState = {"to_store": added + updated, "batches": batches}
+            out = self.align_graph.invoke(state, config)
+            after = {g.id for g in mem.guidelines}
+        report = AlignReport(
+            added=[fb.id for fb in added],
+            updated=[fb.id for fb in updated],
+            unchanged=[fb.id for fb in unchanged],
+            guidelines_added=sorted(after - before),
+            guidelines_removed=sorted(before - after),
+            failed=sorted(set(out.get("failed") or [])),
+            errors=errors + list(out.get("errors") or []),
+            usage=usage + Usage.sum(out.get("usages") or []),
+            seconds=time.perf_counter() - started,
+        )
+        if report.failed and raise_on_failure:
+            raise ReflectionError(
+                f"reflection failed for feedback {report.failed}; it is stored and will be "
+                f"retried by the next align. Errors: {'; '.join(report.errors)}",
+                report=report,
+            )
+        return report
+
+    async def aalign(
+        self,
+        feedback: Iterable[Feedback | dict[str, Any]],
+        config: RunnableConfig | None = None,
+        *,
+        raise_on_failure: bool = True,
+    ) -> AlignReport:
+        """Async twin of `align` (runs off the event loop)."""
+        items = list(feedback)
+        return await asyncio.to_thread(self.align, items, config, raise_on_failure=raise_on_failure)
+
+    def unalign(self, ids: Sequence[str], config: RunnableConfig | None = None) -> UnalignReport:
+        """Remove feedback and everything derived from it.
+
+        Episodes are deleted; a guideline whose sources were all removed
+        disappears, one with remaining sources is re-distilled from those
+        alone. No text of the removed feedback is left in the memory.
+
+        Raises:
+            UnknownFeedbackError: some ids are not in the memory (nothing is removed).
+        """
+        started = time.perf_counter()
+        ids = list(dict.fromkeys(ids))
+        with self.memory.write_lock:
+            known = self.memory.store.feedback_state(ids)
+            missing = [i for i in ids if i not in known]
+            if missing:
+                raise UnknownFeedbackError(missing)
+            result = self._align_nodes.forget(ids, delete=True, config=ensure_config(config))
+        return UnalignReport(
+            removed=ids,
+            guidelines_removed=result.removed,
+            guidelines_rederived=result.rederived,
+            errors=result.errors,
+            usage=result.usage,
+            seconds=time.perf_counter() - started,
+        )
+
+    async def aunalign(
+        self, ids: Sequence[str], config: RunnableConfig | None = None
+    ) -> UnalignReport:
+        """Async twin of `unalign` (runs off the event loop)."""
+        return await asyncio.to_thread(self.unalign, list(ids), config)
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the memory to a folder, atomically; returns the folder."""
+        self.memory.save(path)
+        return Path(path)
+
+    def close(self) -> None:
+        """Close the memory's database (writing the index cache for a folder memory)."""
+        if self.memory.store.folder is not None:
+            self.memory.save(self.memory.store.folder)
+        self.memory.store.close()
+
+
+def _take_result(state: dict[str, Any]) -> dict[str, Any]:
+    return cast(dict[str, Any], state["result"])
+
+
+class _PrepareCases(Runnable[dict[str, Any], JudgeState]):
+    """Validate judge inputs and embed every case of a batch in one call."""
+
+    name = "prepare_cases"
+
+    def __init__(self, memory: JudgeMemory) -> None:
+        self.memory = memory
+
+    @staticmethod
+    def _state(input: Any) -> JudgeState:
+        if not isinstance(input, dict) or "inputs" not in input:
+            raise TypeError(
+                "a judge takes a dict with an 'inputs' key (and optionally 'outputs' and "
+                f"'reference_outputs'), got {type(input).__name__}"
+            )
+        unknown = set(input) - {*_CASE_KEYS, "query_vector"}
+        if unknown:
+            raise TypeError(f"unexpected judge input keys: {sorted(unknown)}")
+        state = {k: input.get(k) for k in _CASE_KEYS}
+        if "query_vector" in input:  # precomputed by a caller that embedded a batch
+            state["query_vector"] = input["query_vector"]
+        return cast(JudgeState, state)
+
+    def _texts(self, states: list[JudgeState]) -> list[int]:
+        if not self.memory.needs_query_vector():
+            return []
+        return [i for i, s in enumerate(states) if s.get("query_vector") is None]
+
+    def invoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> JudgeState:
+        """Validate one case (the graph embeds it)."""
+        return self._state(input)
+
+    def batch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Validate many cases and embed them in one call."""
+        states = [self._state(i) for i in inputs]
+        todo = self._texts(states)
+        if todo:
+            mem = self.memory
+            texts = [mem.case_text(states[i].get("inputs"), states[i].get("outputs")) for i in todo]
+            for i, vec in zip(todo, mem.embed(texts), strict=True):
+                states[i]["query_vector"] = vec.tolist()
+        return list(states)
+
+    async def abatch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async twin of `batch`."""
+        states = [self._state(i) for i in inputs]
+        todo = self._texts(states)
+        if todo:
+            mem = self.memory
+            texts = [mem.case_text(states[i].get("inputs"), states[i].get("outputs")) for i in todo]
+            for i, vec in zip(todo, await mem.aembed(texts), strict=True):
+                states[i]["query_vector"] = vec.tolist()
+        return list(states)

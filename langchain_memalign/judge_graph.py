@@ -1,0 +1,136 @@
+r"""The judgment graph: embed the case, load guidelines and retrieve episodes in parallel, judge.
+
+```
+START -> embed_case -> load_guidelines   -> judge -> END
+                    \\-> retrieve_episodes -/
+```
+Every node is a method of `JudgeNodes` that can be called (and tested) alone;
+`build_judge_graph` wires them into a compiled `StateGraph` that can also be
+added to another graph as a subgraph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from langchain_memalign.episodic import Episode
+from langchain_memalign.memory import JudgeMemory
+from langchain_memalign.prompts import judge_messages
+from langchain_memalign.semantic import Guideline
+from langchain_memalign.structured import StructuredCaller
+
+
+class JudgeState(TypedDict, total=False):
+    """State of one judgment."""
+
+    inputs: Any
+    outputs: Any
+    reference_outputs: Any
+    query_vector: list[float] | None
+    guidelines: list[Guideline]
+    episodes: list[Episode]
+    result: dict[str, Any]
+
+
+class JudgeNodes:
+    """The nodes of the judgment graph, bound to one judge's memory and model."""
+
+    def __init__(self, memory: JudgeMemory, model: BaseChatModel) -> None:
+        self.memory = memory
+        cfg = memory.config
+        self.verdict = StructuredCaller(
+            model,
+            cfg.scale.verdict_schema(),
+            what=f"judge {cfg.name!r}",
+            retries=cfg.max_retries,
+        )
+
+    # embed_case: nothing to embed when the memory has nothing to retrieve, so an
+    # unaligned judge makes no embedding call at all.
+    def embed_case(self, state: JudgeState) -> dict[str, Any]:
+        """Embed the case unless its vector is given or not needed."""
+        if state.get("query_vector") is not None or not self.memory.needs_query_vector():
+            return {}
+        text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
+        return {"query_vector": self.memory.embed([text])[0].tolist()}
+
+    async def aembed_case(self, state: JudgeState) -> dict[str, Any]:
+        """Async twin of `embed_case`."""
+        if state.get("query_vector") is not None or not self.memory.needs_query_vector():
+            return {}
+        text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
+        return {"query_vector": (await self.memory.aembed([text]))[0].tolist()}
+
+    def load_guidelines(self, state: JudgeState) -> dict[str, Any]:
+        """All guidelines, or the most relevant ones when they exceed the token budget."""
+        return {"guidelines": self.memory.select_guidelines(state.get("query_vector"))}
+
+    def retrieve_episodes(self, state: JudgeState) -> dict[str, Any]:
+        """The k most similar past cases with the experts' verdicts."""
+        return {"episodes": self.memory.retrieve(state.get("query_vector"))}
+
+    async def aretrieve_episodes(self, state: JudgeState) -> dict[str, Any]:
+        """Async twin of `retrieve_episodes`: FAISS and SQLite run off the event loop."""
+        return await asyncio.to_thread(self.retrieve_episodes, state)
+
+    def _messages(self, state: JudgeState) -> Any:
+        cfg = self.memory.config
+        case = {k: state.get(k) for k in ("inputs", "outputs", "reference_outputs")}
+        return judge_messages(
+            cfg.instructions,
+            cfg.scale,
+            case,
+            state.get("guidelines") or [],
+            state.get("episodes") or [],
+            cfg.episode_max_chars,
+        )
+
+    def _result(self, state: JudgeState, verdict: Any) -> dict[str, Any]:
+        return {
+            "result": {
+                "key": self.memory.config.name,
+                "score": self.memory.config.scale.validate_value(verdict.score),
+                "comment": verdict.rationale,
+                "metadata": {
+                    "guideline_ids": [g.id for g in state.get("guidelines") or []],
+                    "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
+                },
+            }
+        }
+
+    def judge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
+        """Grade the case with the working memory in the prompt."""
+        verdict, _ = self.verdict.invoke(self._messages(state), config)
+        return self._result(state, verdict)
+
+    async def ajudge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
+        """Async twin of `judge`."""
+        verdict, _ = await self.verdict.ainvoke(self._messages(state), config)
+        return self._result(state, verdict)
+
+
+def build_judge_graph(
+    memory: JudgeMemory, model: BaseChatModel, *, name: str | None = None
+) -> CompiledStateGraph[JudgeState, None, JudgeState, JudgeState]:
+    """Compile the judgment graph for a memory and a chat model."""
+    nodes = JudgeNodes(memory, model)
+    graph = StateGraph(JudgeState)
+    graph.add_node("embed_case", RunnableLambda(nodes.embed_case, afunc=nodes.aembed_case))
+    graph.add_node("load_guidelines", nodes.load_guidelines)
+    graph.add_node(
+        "retrieve_episodes",
+        RunnableLambda(nodes.retrieve_episodes, afunc=nodes.aretrieve_episodes),
+    )
+    graph.add_node("judge", RunnableLambda(nodes.judge, afunc=nodes.ajudge))
+    graph.add_edge(START, "embed_case")
+    graph.add_edge("embed_case", "load_guidelines")
+    graph.add_edge("embed_case", "retrieve_episodes")
+    graph.add_edge(["load_guidelines", "retrieve_episodes"], "judge")
+    graph.add_edge("judge", END)
+    return graph.compile(name=name or f"{memory.config.name}_judge")

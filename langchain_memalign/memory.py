@@ -1,0 +1,215 @@
+"""The dual memory of one judge: SQLite store, FAISS episodes and guideline snapshot.
+
+Readers (judgments) work on immutable snapshots and the thread-safe index,
+so many threads can judge while an alignment writes: a writer commits to
+SQLite first and then swaps the in-process views.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from langchain_memalign._text import render, stable_hash, truncate
+from langchain_memalign.config import JudgeConfig
+from langchain_memalign.episodic import Episode, EpisodicIndex, as_matrix
+from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
+from langchain_memalign.models import embeddings_fingerprint
+from langchain_memalign.reports import Usage
+from langchain_memalign.semantic import Guideline, select_guidelines, total_tokens
+from langchain_memalign.store import INDEX_FILE, MemoryStore, write_atomic
+
+
+class JudgeMemory:
+    """Semantic and episodic memory behind one judge."""
+
+    def __init__(self, store: MemoryStore, embeddings: Embeddings, config: JudgeConfig) -> None:
+        self.store = store
+        self.embeddings = embeddings
+        self.config = config
+        # Serializes align/unalign/save; judgments never take it.
+        self.write_lock = threading.RLock()
+        self.index = EpisodicIndex()
+        self._guidelines: tuple[Guideline, ...] = ()
+        self._guideline_vectors: np.ndarray | None = None
+
+    # -- opening -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, folder: str | os.PathLike[str] | None, embeddings: Embeddings, config: JudgeConfig
+    ) -> JudgeMemory:
+        """Open (or start) the memory in `folder` for this config; `None` keeps it in process."""
+        store = MemoryStore.create(folder)
+        stored = store.get_meta("config")
+        if stored is None:
+            store.set_meta("config", config.model_dump(mode="json"))
+            store.set_meta("embeddings", embeddings_fingerprint(embeddings))
+        else:
+            old = JudgeConfig.model_validate(stored)
+            if (old.name, old.scale) != (config.name, config.scale):
+                raise MemoryFormatError(
+                    f"{folder}: holds the memory of judge {old.name!r} on scale "
+                    f"{old.scale.kind}; open it with MemAlignJudge.load or use another folder"
+                )
+            store.set_meta("config", config.model_dump(mode="json"))
+        memory = cls(store, embeddings, config)
+        memory._check_embeddings()
+        memory.reload()
+        return memory
+
+    @classmethod
+    def load(
+        cls, folder: str | os.PathLike[str], embeddings: Embeddings, **overrides: Any
+    ) -> JudgeMemory:
+        """Open a saved memory; makes no embedding call."""
+        store = MemoryStore.open(folder)
+        stored = store.get_meta("config")
+        if stored is None:
+            raise MemoryFormatError(f"{folder}: memory has no judge configuration")
+        config = JudgeConfig.model_validate({**stored, **overrides})
+        memory = cls(store, embeddings, config)
+        memory._check_embeddings()
+        memory.reload()
+        return memory
+
+    def _check_embeddings(self) -> None:
+        stored = self.store.get_meta("embeddings")
+        current = embeddings_fingerprint(self.embeddings)
+        if stored is not None and stored != current:
+            raise EmbeddingMismatchError(
+                f"this memory was built with embeddings {stored!r} but is opened with "
+                f"{current!r}; vectors from different models cannot be compared. Open it with "
+                "the original embedding model."
+            )
+
+    def reload(self) -> None:
+        """Rebuild the in-process views from the store (index from cache or stored vectors)."""
+        with self.write_lock:
+            index = self._read_index_cache() or self._rebuild_index()
+            guidelines, vectors = self.store.load_guidelines()
+            self.index = index
+            self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
+
+    def _rebuild_index(self) -> EpisodicIndex:
+        ids, vectors = self.store.all_vectors()
+        index = EpisodicIndex()
+        if vectors is not None:
+            index.upsert(ids, vectors)
+        return index
+
+    def _read_index_cache(self) -> EpisodicIndex | None:
+        folder = self.store.folder
+        if folder is None or not (folder / INDEX_FILE).is_file():
+            return None
+        if self.store.get_meta("index_seq") != self.store.get_meta("change_seq"):
+            return None
+        try:
+            index = EpisodicIndex.read(str(folder / INDEX_FILE))
+        except RuntimeError:  # a damaged cache is rebuilt, never trusted
+            return None
+        return index if len(index) == self.store.count("episodes") else None
+
+    def save(self, folder: str | os.PathLike[str]) -> None:
+        """Write the memory to `folder` atomically, with a fresh index cache."""
+        target = Path(folder)
+        with self.write_lock:
+            if self.store.folder is None or target.resolve() != self.store.folder.resolve():
+                self.store.backup_to(target)
+            if len(self.index):
+                write_atomic(target / INDEX_FILE, self.index.write)
+                # Stamp the copy (not only this store) so a load can trust the cache.
+                copy = MemoryStore.open(target)
+                try:
+                    copy.set_meta("index_seq", copy.get_meta("change_seq"))
+                finally:
+                    copy.close()
+
+    # -- embedding -------------------------------------------------------------------
+
+    def case_text(self, inputs: Any, outputs: Any = None) -> str:
+        """The text embedded for a case: identical for stored episodes and new cases."""
+        text = render(inputs)
+        if self.config.embed == "inputs_outputs" and outputs is not None:
+            text = f"{text}\n{render(outputs)}"
+        return truncate(text, self.config.embed_max_chars) or "(empty)"
+
+    def embed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
+        """Embed texts in one call."""
+        vectors = self.embeddings.embed_documents(list(texts))
+        self._count(usage, len(texts))
+        return as_matrix(vectors)
+
+    async def aembed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
+        """Async twin of `embed`."""
+        vectors = await self.embeddings.aembed_documents(list(texts))
+        self._count(usage, len(texts))
+        return as_matrix(vectors)
+
+    @staticmethod
+    def _count(usage: Usage | None, n: int) -> None:
+        if usage is not None:
+            usage.embedding_calls += 1
+            usage.embedded_texts += n
+
+    @staticmethod
+    def text_hash(text: str) -> str:
+        """Hash of an embedded text, to skip re-embedding unchanged cases."""
+        return stable_hash(text)
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def guidelines(self) -> tuple[Guideline, ...]:
+        """The current guidelines (an immutable snapshot)."""
+        return self._guidelines
+
+    @property
+    def guideline_vectors(self) -> np.ndarray | None:
+        """Vectors of the current guidelines, row-aligned with `guidelines`."""
+        return self._guideline_vectors
+
+    def needs_query_vector(self) -> bool:
+        """Whether a judgment needs the case embedded (nothing to retrieve: no call)."""
+        over_budget = total_tokens(self._guidelines) > self.config.guideline_token_budget
+        return (len(self.index) > 0 and self.config.k > 0) or over_budget
+
+    def select_guidelines(self, query_vector: Any) -> list[Guideline]:
+        """Guidelines for a judgment's working memory, within the token budget."""
+        guidelines, vectors = self._guidelines, self._guideline_vectors
+        q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
+        return select_guidelines(guidelines, vectors, q, self.config.guideline_token_budget)
+
+    def retrieve(self, query_vector: Any, k: int | None = None) -> list[Episode]:
+        """The `k` most similar past cases."""
+        k = self.config.k if k is None else k
+        if query_vector is None or k <= 0:
+            return []
+        hits = self.index.search(query_vector, k)
+        rows = self.store.episodes_by_rowid([i for i, _ in hits])
+        episodes = []
+        for rowid, score in hits:
+            fb = rows.get(rowid)
+            if fb is None:  # removed between search and fetch by a concurrent unalign
+                continue
+            episodes.append(
+                Episode(
+                    feedback_id=fb.id, inputs=fb.inputs, outputs=fb.outputs,
+                    reference_outputs=fb.reference_outputs, value=fb.value,
+                    rationale=fb.rationale, annotator=fb.annotator, similarity=score,
+                )
+            )  # fmt: skip
+        return episodes
+
+    # -- swapping views after a committed write ------------------------------------------
+
+    def refresh_guidelines(self) -> None:
+        """Re-read guidelines after a committed write."""
+        guidelines, vectors = self.store.load_guidelines()
+        self._guidelines, self._guideline_vectors = tuple(guidelines), vectors

@@ -1,0 +1,208 @@
+"""Structured model output that works with hosted and local OpenAI-compatible servers.
+
+OpenAI-style models get `json_schema` structured output (local servers such as
+llama.cpp enforce it with a grammar but ignore forced tool calls); other chat
+models use their own `with_structured_output`; models without one are asked
+for JSON in text. Whatever the route, unusable output is sent back to the
+model with the validation error and retried, then raised as
+`MalformedOutputError`. Usage (calls and tokens) is counted on every attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from pydantic import BaseModel, ValidationError
+
+from langchain_memalign._text import extract_json, truncate
+from langchain_memalign.errors import MalformedOutputError
+from langchain_memalign.reports import Usage
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def _is_openai_compatible(model: BaseChatModel) -> bool:
+    try:
+        from langchain_openai.chat_models.base import BaseChatOpenAI
+    except ImportError:  # pragma: no cover - langchain-openai is a dependency
+        return False
+    return isinstance(model, BaseChatOpenAI)
+
+
+class StructuredCaller(Generic[T]):
+    """Calls a chat model for one pydantic schema, with validation and retries.
+
+    `check` may raise `ValueError` to reject a schema-valid but unusable answer
+    (a guideline citing no feedback, say); the model then gets another try.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        schema: type[T],
+        *,
+        what: str,
+        retries: int = 2,
+        check: Callable[[T], None] | None = None,
+    ) -> None:
+        self.schema = schema
+        self.what = what
+        self.retries = retries
+        self.check = check
+        self._text_mode = False
+        self._runnable: Runnable[Any, Any]
+        try:
+            if _is_openai_compatible(model):
+                self._runnable = model.with_structured_output(
+                    schema, method="json_schema", include_raw=True
+                )
+            else:
+                self._runnable = model.with_structured_output(schema, include_raw=True)
+        except NotImplementedError:
+            self._text_mode = True
+            self._runnable = model
+
+    def _prepare(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        msgs = list(messages)
+        if self._text_mode:
+            schema = json.dumps(self.schema.model_json_schema())
+            msgs.append(
+                SystemMessage(
+                    content="Reply with only a JSON object that matches this JSON schema:\n"
+                    + schema
+                )
+            )
+        return msgs
+
+    def _parse(self, result: Any) -> tuple[T | None, AIMessage | None, str | None]:
+        """Return (parsed, raw message, error)."""
+        if self._text_mode:
+            raw = result if isinstance(result, AIMessage) else None
+            parsed = None
+            error: str | None = None
+        else:
+            raw = result.get("raw")
+            parsed = result.get("parsed")
+            err = result.get("parsing_error")
+            error = str(err) if err else None
+        if isinstance(parsed, self.schema):
+            return self._checked(parsed, raw)
+        if parsed is not None:
+            try:
+                return self._checked(self.schema.model_validate(parsed), raw)
+            except ValidationError as e:
+                return None, raw, _short(e)
+        if raw is None:
+            return None, None, error or "the model returned nothing"
+        # Structured output came back empty: many servers still put the JSON in
+        # a tool call or in the text, so salvage it before spending a retry.
+        candidates: list[Any] = [tc.get("args") for tc in raw.tool_calls]
+        if isinstance(raw.content, str) and raw.content.strip():
+            try:
+                candidates.append(extract_json(raw.content))
+            except ValueError as e:
+                error = error or f"no JSON in the reply ({e})"
+        for cand in candidates:
+            try:
+                return self._checked(self.schema.model_validate(cand), raw)
+            except ValidationError as e:
+                error = _short(e)
+        return None, raw, error or "the reply did not contain the expected fields"
+
+    def _checked(
+        self, parsed: T, raw: AIMessage | None
+    ) -> tuple[T | None, AIMessage | None, str | None]:
+        if self.check is not None:
+            try:
+                self.check(parsed)
+            except ValueError as e:
+                return None, raw, str(e)
+        return parsed, raw, None
+
+    def _retry_messages(
+        self, msgs: list[BaseMessage], raw: AIMessage | None, error: str
+    ) -> list[BaseMessage]:
+        shown = _raw_text(raw)
+        return [
+            *msgs,
+            AIMessage(content=truncate(shown, 2000) or "(empty reply)"),
+            HumanMessage(
+                content=f"That reply could not be used: {error}. Reply again with only the "
+                f"JSON object, with the fields {list(self.schema.model_fields)}."
+            ),
+        ]
+
+    def _fail(self, raw: AIMessage | None, error: str | None, usage: Usage) -> MalformedOutputError:
+        err = MalformedOutputError(
+            f"{self.what}: the model returned unusable output {self.retries + 1} time(s); "
+            f"last error: {error}; last output: {truncate(_raw_text(raw), 300)!r}",
+            raw_output=_raw_text(raw),
+        )
+        err.usage = usage
+        return err
+
+    def invoke(
+        self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
+    ) -> tuple[T, Usage]:
+        """Call the model; return the parsed answer and the usage of all attempts."""
+        usage = Usage()
+        msgs = self._prepare(messages)
+        raw: AIMessage | None = None
+        error: str | None = None
+        for _ in range(self.retries + 1):
+            result = self._runnable.invoke(msgs, config)
+            parsed, raw, error = self._parse(result)
+            usage = usage + _usage_of(raw)
+            if parsed is not None:
+                return parsed, usage
+            msgs = self._retry_messages(msgs, raw, error or "invalid output")
+        raise self._fail(raw, error, usage)
+
+    async def ainvoke(
+        self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
+    ) -> tuple[T, Usage]:
+        """Async twin of `invoke`."""
+        usage = Usage()
+        msgs = self._prepare(messages)
+        raw: AIMessage | None = None
+        error: str | None = None
+        for _ in range(self.retries + 1):
+            result = await self._runnable.ainvoke(msgs, config)
+            parsed, raw, error = self._parse(result)
+            usage = usage + _usage_of(raw)
+            if parsed is not None:
+                return parsed, usage
+            msgs = self._retry_messages(msgs, raw, error or "invalid output")
+        raise self._fail(raw, error, usage)
+
+
+def _usage_of(raw: AIMessage | None) -> Usage:
+    if raw is None:
+        return Usage(llm_calls=1)
+    meta: dict[str, Any] = dict(raw.usage_metadata or {})
+    return Usage(
+        llm_calls=1,
+        input_tokens=int(meta.get("input_tokens", 0) or 0),
+        output_tokens=int(meta.get("output_tokens", 0) or 0),
+    )
+
+
+def _raw_text(raw: AIMessage | None) -> str:
+    if raw is None:
+        return ""
+    if raw.tool_calls:
+        return json.dumps([tc.get("args") for tc in raw.tool_calls], default=str)
+    return raw.content if isinstance(raw.content, str) else json.dumps(raw.content, default=str)
+
+
+def _short(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
+    return "; ".join(parts)
