@@ -137,9 +137,9 @@ class AlignNodes:
         sends = [Send("reflect", {"batch": b}) for b in state.get("batches") or [] if b]
         return sends or "merge"
 
-    def reflect(self, inp: ReflectInput, config: RunnableConfig) -> dict[str, Any]:
+    def reflect(self, state: ReflectInput, config: RunnableConfig) -> dict[str, Any]:
         """Distill guidelines from one batch of feedback."""
-        batch = inp["batch"]
+        batch = state["batch"]
         ids = [fb.id for fb in batch]
         cfg = self.memory.config
         messages = reflect_messages(

@@ -405,10 +405,26 @@ class _PrepareCases(Runnable[dict[str, Any], JudgeState]):
             state["query_vector"] = input["query_vector"]
         return cast(JudgeState, state)
 
-    def _texts(self, states: list[JudgeState]) -> list[int]:
+    def _states(self, inputs: list[dict[str, Any]], return_exceptions: bool) -> list[Any]:
+        states: list[Any] = []
+        for i in inputs:
+            try:
+                states.append(self._state(i))
+            except TypeError as e:
+                if not return_exceptions:
+                    raise
+                states.append(e)  # the sequence skips failed items in later steps
+        return states
+
+    def _texts(self, states: list[Any]) -> list[int]:
         if not self.memory.needs_query_vector():
             return []
-        return [i for i, s in enumerate(states) if s.get("query_vector") is None]
+        return [
+            i for i, s in enumerate(states) if isinstance(s, dict) and s.get("query_vector") is None
+        ]
+
+    def _text(self, state: JudgeState) -> str:
+        return self.memory.case_text(state.get("inputs"), state.get("outputs"))
 
     def invoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -425,12 +441,11 @@ class _PrepareCases(Runnable[dict[str, Any], JudgeState]):
         **kwargs: Any,
     ) -> list[Any]:
         """Validate many cases and embed them in one call."""
-        states = [self._state(i) for i in inputs]
+        states = self._states(inputs, return_exceptions)
         todo = self._texts(states)
         if todo:
-            mem = self.memory
-            texts = [mem.case_text(states[i].get("inputs"), states[i].get("outputs")) for i in todo]
-            for i, vec in zip(todo, mem.embed(texts), strict=True):
+            texts = [self._text(states[i]) for i in todo]
+            for i, vec in zip(todo, self.memory.embed(texts), strict=True):
                 states[i]["query_vector"] = vec.tolist()
         return list(states)
 
@@ -443,11 +458,10 @@ class _PrepareCases(Runnable[dict[str, Any], JudgeState]):
         **kwargs: Any,
     ) -> list[Any]:
         """Async twin of `batch`."""
-        states = [self._state(i) for i in inputs]
+        states = self._states(inputs, return_exceptions)
         todo = self._texts(states)
         if todo:
-            mem = self.memory
-            texts = [mem.case_text(states[i].get("inputs"), states[i].get("outputs")) for i in todo]
-            for i, vec in zip(todo, await mem.aembed(texts), strict=True):
+            texts = [self._text(states[i]) for i in todo]
+            for i, vec in zip(todo, await self.memory.aembed(texts), strict=True):
                 states[i]["query_vector"] = vec.tolist()
         return list(states)

@@ -75,3 +75,33 @@ def embeddings_fingerprint(embeddings: Embeddings) -> str:
         if isinstance(value, str | int) and not isinstance(value, bool):
             parts.append(f"{attr}={value}")
     return ";".join(parts)
+
+
+def openai_compatible(
+    chat_model: str,
+    embedding_model: str,
+    *,
+    base_url: str | None = None,
+    embeddings_base_url: str | None = None,
+    api_key: str | None = None,
+    temperature: float = 0.0,
+) -> tuple[BaseChatModel, Embeddings]:
+    """A chat model and embeddings on OpenAI or any OpenAI-compatible server.
+
+    With a `base_url` (llama.cpp, vLLM, a proxy), embeddings are sent as
+    plain text: counting tokens would need a tokenizer download, which an
+    offline server cannot serve and other models do not share.
+    """
+    from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+    from pydantic import SecretStr
+
+    key = SecretStr(api_key) if api_key else None
+    chat = ChatOpenAI(model=chat_model, base_url=base_url, api_key=key, temperature=temperature)
+    emb_url = embeddings_base_url or base_url
+    embeddings = OpenAIEmbeddings(
+        model=embedding_model,
+        openai_api_base=emb_url,
+        openai_api_key=key,
+        check_embedding_ctx_length=emb_url is None,
+    )
+    return chat, embeddings

@@ -1,0 +1,179 @@
+"""Scripted fake models for offline tests.
+
+`ScriptedChatModel` answers with whatever a responder function returns for
+the prompt; bound to a structured-output schema it answers with a tool call
+named after that schema, as a real tool-calling model does. `HashEmbeddings`
+is a deterministic bag-of-words embedding: texts that share words are close,
+which is what retrieval tests need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict, Field, PrivateAttr
+
+Responder = Callable[[list[BaseMessage]], Any]
+
+
+class ScriptedChatModel(BaseChatModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    responder: Responder
+    tool_name: str | None = None
+    use_tools: bool = True
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        tool = tools[0]
+        name = tool.__name__ if isinstance(tool, type) else tool["title"]
+        # A shallow copy shares the call log with the original.
+        return self.model_copy(update={"tool_name": name if self.use_tools else None})
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        with self._lock:
+            self.calls.append(list(messages))
+        reply = self.responder(list(messages))
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, AIMessage):
+            msg = reply
+        elif isinstance(reply, str):
+            msg = AIMessage(content=reply)
+        elif self.tool_name:
+            msg = AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": self.tool_name, "args": reply, "id": "call_1", "type": "tool_call"}
+                ],
+            )
+        else:
+            msg = AIMessage(content=json.dumps(reply))
+        prompt = sum(len(str(m.content)) for m in messages) // 4
+        msg.usage_metadata = {
+            "input_tokens": prompt,
+            "output_tokens": 10,
+            "total_tokens": prompt + 10,
+        }
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+class HashEmbeddings(Embeddings):
+    """Deterministic bag-of-words embeddings that count their calls."""
+
+    def __init__(self, size: int = 64, model: str = "hash-bow") -> None:
+        self.size = size
+        self.model = model
+        self.calls = 0
+        self.texts: list[str] = []
+        self._lock = threading.Lock()
+
+    def _vec(self, text: str) -> list[float]:
+        v = np.zeros(self.size, dtype=np.float32)
+        for w in _WORD.findall(text.lower()):
+            h = int(hashlib.md5(w.encode()).hexdigest(), 16)
+            v[h % self.size] += 1.0 if (h >> 64) % 2 else -1.0
+        if not v.any():
+            v[0] = 1.0
+        return (v / np.linalg.norm(v)).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with self._lock:
+            self.calls += 1
+            self.texts.extend(texts)
+        return [self._vec(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+# -- a responder that plays every role ------------------------------------------------------
+
+
+def _system(messages: list[BaseMessage]) -> str:
+    return str(messages[0].content)
+
+
+def _human(messages: list[BaseMessage]) -> str:
+    return "\n".join(str(m.content) for m in messages[1:])
+
+
+def feedback_ids_in(text: str) -> list[str]:
+    return re.findall(r'<feedback id="([^"]+)">', text)
+
+
+def default_judge_rule(case: str, memory: str) -> dict[str, Any]:
+    """Pass unless the memory teaches empathy and the reply shows none."""
+    if "acknowledge" in memory.lower() and "sorry" not in case.lower():
+        return {"rationale": "It does not acknowledge the customer's feelings.", "score": False}
+    return {"rationale": "The reply answers the question.", "score": True}
+
+
+class RoleResponder:
+    """Answers judge, reflection, re-derivation and consolidation prompts plausibly."""
+
+    def __init__(self, judge_rule: Callable[[str, str], Any] = default_judge_rule) -> None:
+        self.judge_rule = judge_rule
+        self.fail_reflect = False
+        self.roles: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: list[BaseMessage]) -> Any:
+        system, human = _system(messages), _human(messages)
+        if "could not be used" in human:  # a retry: answer the same way
+            human = _human(messages[:-2])
+        role = self._role(system)
+        with self._lock:
+            self.roles.append(role)
+        if role == "judge":
+            memory, _, case = human.rpartition("<case>")
+            return self.judge_rule(case, memory)
+        if role == "reflect":
+            if self.fail_reflect:
+                return "not json at all"
+            out = []
+            for block in re.findall(r'<feedback id="([^"]+)">(.*?)</feedback>', human, re.DOTALL):
+                fid, body = block
+                m = re.search(r"Expert rationale: (.*)", body)
+                if m:
+                    out.append({"text": f"Rule: {m.group(1).strip()}", "source_ids": [fid]})
+            return {"guidelines": out}
+        if role == "rederive":
+            ids = feedback_ids_in(human)
+            return {"text": "Rule restated from " + ", ".join(ids) if ids else ""}
+        if role == "consolidate":
+            ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
+            return {"guidelines": [{"text": "Consolidated rule.", "merged_from": ids}]}
+        raise AssertionError(f"unexpected prompt: {system[:80]}")
+
+    @staticmethod
+    def _role(system: str) -> str:
+        if system.startswith("You are an expert evaluator"):
+            return "judge"
+        if "learn from expert feedback" in system:
+            return "reflect"
+        if "has been withdrawn" in system:
+            return "rederive"
+        if "grown too long" in system:
+            return "consolidate"
+        return "unknown"

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
+
+from langchain_memalign import Feedback, MemAlignJudge
+
+INSTRUCTIONS = "Is the support reply helpful?\nUser: {inputs}\nReply: {outputs}"
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def responder() -> RoleResponder:
+    return RoleResponder()
+
+
+@pytest.fixture
+def model(responder: RoleResponder) -> ScriptedChatModel:
+    return ScriptedChatModel(responder=responder)
+
+
+@pytest.fixture
+def embeddings() -> HashEmbeddings:
+    return HashEmbeddings()
+
+
+@pytest.fixture
+def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
+    def make(**kwargs: Any) -> MemAlignJudge:
+        args: dict[str, Any] = {
+            "name": "helpfulness",
+            "instructions": INSTRUCTIONS,
+            "model": model,
+            "embeddings": embeddings,
+            "scale": bool,
+            "k": 3,
+        }
+        args.update(kwargs)
+        return MemAlignJudge(**args)
+
+    return make
+
+
+def fb(
+    fid: str, inputs: str, outputs: str, value: Any, rationale: str | None = None, **kw: Any
+) -> Feedback:
+    return Feedback(id=fid, inputs=inputs, outputs=outputs, value=value, rationale=rationale, **kw)
+
+
+SWEATER = fb(
+    "sweater",
+    "The sweater I got looks different from the website. I'm disappointed.",
+    "Product colors can vary due to monitor settings. Returns are accepted within 30 days.",
+    False,
+    "Factually correct but cold: acknowledge the customer's disappointment first.",
+)
+HOURS = fb(
+    "hours",
+    "What are your store hours?",
+    "We are open 9am to 6pm, Monday to Saturday.",
+    True,
+    "Direct and complete answer.",
+)
+RUDE = fb(
+    "rude",
+    "How do I reset my password?",
+    "Figure it out yourself.",
+    False,
+    "Dismissive and unhelpful.",
+)

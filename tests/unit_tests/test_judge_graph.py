@@ -1,0 +1,124 @@
+"""Each node of the judgment graph alone, then the graph wired and as a subgraph."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from conftest import HOURS, RUDE, SWEATER
+from langgraph.graph import END, START, StateGraph
+
+from langchain_memalign.judge_graph import JudgeNodes
+
+CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
+
+
+def test_graph_shape(make_judge: Any) -> None:
+    graph = make_judge().graph.get_graph()
+    edges = {(e.source, e.target) for e in graph.edges}
+    assert ("embed_case", "load_guidelines") in edges
+    assert ("embed_case", "retrieve_episodes") in edges
+    assert ("load_guidelines", "judge") in edges and ("retrieve_episodes", "judge") in edges
+
+
+def test_embed_case_skips_empty_memory_and_given_vectors(make_judge: Any, embeddings: Any) -> None:
+    judge = make_judge()
+    nodes = JudgeNodes(judge.memory, judge.model)
+    assert nodes.embed_case(dict(CASE)) == {}  # nothing to retrieve: no call
+    judge.align([HOURS])
+    calls = embeddings.calls
+    out = nodes.embed_case(dict(CASE))
+    assert len(out["query_vector"]) == embeddings.size and embeddings.calls == calls + 1
+    assert nodes.embed_case({**CASE, "query_vector": [0.0] * 64}) == {}
+    assert embeddings.calls == calls + 1
+
+
+def test_embed_case_embeds_the_same_text_as_stored_episodes(
+    make_judge: Any, embeddings: Any
+) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    stored_text = embeddings.texts[0]
+    JudgeNodes(judge.memory, judge.model).embed_case(
+        {"inputs": SWEATER.inputs, "outputs": "something else"}
+    )
+    assert embeddings.texts[-1] == stored_text == SWEATER.inputs
+
+
+def test_embed_inputs_outputs_option(make_judge: Any, embeddings: Any) -> None:
+    judge = make_judge(embed="inputs_outputs")
+    judge.align([HOURS])
+    assert embeddings.texts[0] == f"{HOURS.inputs}\n{HOURS.outputs}"
+
+
+def test_retrieve_episodes_returns_most_similar_with_verdicts(make_judge: Any) -> None:
+    judge = make_judge(k=2)
+    judge.align([SWEATER, HOURS, RUDE])
+    nodes = JudgeNodes(judge.memory, judge.model)
+    vec = nodes.embed_case({"inputs": "What are your opening hours on Saturday?"})["query_vector"]
+    episodes = nodes.retrieve_episodes({"query_vector": vec})["episodes"]
+    assert len(episodes) == 2
+    assert episodes[0].feedback_id == "hours"
+    assert episodes[0].value is True and episodes[0].rationale == HOURS.rationale
+    assert episodes[0].similarity >= episodes[1].similarity
+
+
+def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    nodes = JudgeNodes(judge.memory, judge.model)
+    got = nodes.load_guidelines({})["guidelines"]
+    assert [g.id for g in got] == [g.id for g in judge.guidelines]
+
+
+def test_judge_node_puts_working_memory_in_a_delimited_section(make_judge: Any, model: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    nodes = JudgeNodes(judge.memory, judge.model)
+    episodes = judge.memory.retrieve(judge.memory.embed([SWEATER.inputs])[0])
+    out = nodes.judge({**CASE, "guidelines": judge.guidelines, "episodes": episodes}, {})["result"]
+    prompt = model.calls[-1][1].content
+    memory, case = prompt.split("<case>")
+    assert memory.index("<guidelines>") < memory.index("<past_cases>") < memory.index("</memory>")
+    assert "acknowledge the customer's disappointment" in memory
+    assert "Expert score: false" in memory
+    assert "charged twice" in case and "charged twice" not in memory
+    assert out == {
+        "key": "helpfulness",
+        "score": False,
+        "comment": "It does not acknowledge the customer's feelings.",
+        "metadata": {"guideline_ids": [judge.guidelines[0].id], "episode_ids": ["sweater"]},
+    }
+
+
+def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any) -> None:
+    judge = make_judge(episode_max_chars=200)
+    long = SWEATER.model_copy(update={"id": "long", "outputs": "blah " * 500})
+    judge.align([long])
+    judge.invoke(CASE)
+    memory = model.calls[-1][1].content.split("<past_cases>")[1].split("</past_cases>")[0]
+    assert len(memory) < 400 and "..." in memory
+
+
+def test_unaligned_judge_prompt_has_no_memory_section(make_judge: Any, model: Any) -> None:
+    make_judge().invoke(CASE)
+    assert "<memory>" not in model.calls[-1][1].content
+
+
+class Outer(TypedDict, total=False):
+    inputs: Any
+    outputs: Any
+    result: dict[str, Any]
+    log: list[str]
+
+
+def test_judge_graph_as_subgraph(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    outer = StateGraph(Outer)
+    outer.add_node("draft", lambda s: {"outputs": "Refunds take 5-7 days.", "log": ["drafted"]})
+    outer.add_node("critique", judge.graph)
+    outer.add_edge(START, "draft")
+    outer.add_edge("draft", "critique")
+    outer.add_edge("critique", END)
+    out = outer.compile().invoke({"inputs": "I was charged twice and I'm frustrated!"})
+    assert out["result"]["score"] is False and out["log"] == ["drafted"]

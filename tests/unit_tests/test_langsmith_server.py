@@ -1,0 +1,419 @@
+"""Drive the real ``langsmith.Client`` against the in-process fake LangSmith server.
+
+Import note: ``langsmith_server`` lives in ``tests/`` (no ``__init__.py``), so this
+module puts ``tests/`` on ``sys.path`` itself; a conftest that already does so makes
+the insert a no-op. Everything is offline: every client gets ``api_url=server.url``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+import langsmith  # noqa: E402
+from langsmith import Client, schemas, traceable  # noqa: E402
+from langsmith import utils as ls_utils  # noqa: E402
+from langsmith_server import LangSmithTestServer  # noqa: E402
+from urllib3.util.retry import Retry  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings(
+    # the legacy sync run / queue methods are deprecated in langsmith 0.15
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LangSmithTestServer]:
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANGSMITH_TRACING", "false")
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+    with LangSmithTestServer(runs_page_size=2) as srv:
+        # any Client built from the environment also lands on the fake server
+        monkeypatch.setenv("LANGSMITH_ENDPOINT", srv.url)
+        monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+        yield srv
+
+
+def _make_client(server: LangSmithTestServer, **kwargs: object) -> Client:
+    return Client(api_url=server.url, api_key="test", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def client(server: LangSmithTestServer) -> Iterator[Client]:
+    """Default client: background batching on (runs go through /runs/multipart)."""
+    c = _make_client(server)
+    yield c
+    c.close(timeout=5)
+
+
+@pytest.fixture
+def sync_client(server: LangSmithTestServer) -> Iterator[Client]:
+    """Client without the background thread: create_run/update_run POST/PATCH directly."""
+    c = _make_client(server, auto_batch_tracing=False)
+    yield c
+    c.close(timeout=5)
+
+
+# -- projects -----------------------------------------------------------------
+
+
+def test_projects(sync_client: Client, server: LangSmithTestServer) -> None:
+    project = sync_client.create_project("proj", description="d", metadata={"a": 1})
+    assert sync_client.read_project(project_name="proj").id == project.id
+    by_id = sync_client.read_project(project_id=str(project.id))
+    assert by_id.name == "proj"
+    assert by_id.metadata == {"a": 1}
+    assert [p.id for p in sync_client.list_projects(name="proj")] == [project.id]
+    assert sync_client.has_project("proj")
+    assert not sync_client.has_project("nope")
+    with pytest.raises(ls_utils.LangSmithConflictError):
+        sync_client.create_project("proj")
+    assert sync_client.create_project("proj", upsert=True).id == project.id
+    assert str(project.id) in server.sessions
+
+
+# -- runs ---------------------------------------------------------------------
+
+
+def test_runs_direct_create_update_read_and_cursor_pages(
+    sync_client: Client, server: LangSmithTestServer
+) -> None:
+    project = sync_client.create_project("runs")
+    ids = [uuid.uuid4() for _ in range(5)]
+    for i, run_id in enumerate(ids):
+        sync_client.create_run(
+            f"run-{i}", {"i": i}, "chain", id=run_id, project_name="runs", tags=["t"]
+        )
+    sync_client.update_run(ids[0], outputs={"answer": 42}, error=None)
+    assert len(server.requests_to("/runs", "POST")) == 5  # plain POST /runs, no batching
+
+    run = sync_client.read_run(ids[0])
+    assert run.outputs == {"answer": 42}
+    assert run.session_id == project.id
+    assert run.status == "success"
+
+    before = len(server.requests_to("/runs/query"))
+    listed = list(sync_client.list_runs(project_name="runs"))
+    assert {r.id for r in listed} == set(ids)
+    assert len(server.requests_to("/runs/query")) - before == 3  # page size 2 -> 3 pages
+    cursors = [r.json.get("cursor") for r in server.requests_to("/runs/query")[before:]]
+    assert cursors == [None, "2", "4"]
+
+    only_two = list(sync_client.list_runs(run_ids=ids[:2]))
+    assert {r.id for r in only_two} == set(ids[:2])
+    filtered = list(sync_client.list_runs(project_id=project.id, filter='eq(name, "run-3")'))
+    assert [r.id for r in filtered] == [ids[3]]
+
+
+def test_traced_runs_go_through_multipart_after_flush(
+    client: Client, server: LangSmithTestServer
+) -> None:
+    @traceable(name="child")
+    def child(x: int) -> int:
+        return x * 2
+
+    @traceable(name="parent")
+    def parent(x: int) -> int:
+        return child(x) + 1
+
+    with langsmith.tracing_context(enabled=True, client=client, project_name="traced"):
+        assert parent(3) == 7
+    client.flush()
+
+    assert server.requests_to("/runs/multipart", "POST")
+    by_name = {r["name"]: r for r in server.runs.values()}
+    assert set(by_name) == {"parent", "child"}
+    assert by_name["child"]["parent_run_id"] == by_name["parent"]["id"]
+    assert by_name["parent"]["outputs"] == {"output": 7}
+    assert server.sessions[by_name["parent"]["session_id"]]["name"] == "traced"
+    root = next(iter(client.list_runs(project_name="traced", is_root=True)))
+    assert root.name == "parent"
+
+
+def test_batch_endpoint_when_multipart_disabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+    with LangSmithTestServer(use_multipart_endpoint=False) as server:
+        c = _make_client(server)
+        run_id = uuid.uuid4()
+        c.batch_ingest_runs(
+            create=[
+                {
+                    "id": run_id,
+                    "trace_id": run_id,
+                    "dotted_order": f"20240101T000000000000Z{run_id}",
+                    "name": "batched",
+                    "run_type": "chain",
+                    "inputs": {"x": 1},
+                    "session_name": "b",
+                }
+            ]
+        )
+        c.close(timeout=5)
+        assert server.requests_to("/runs/batch", "POST")
+        assert server.runs[str(run_id)]["name"] == "batched"
+
+
+# -- feedback -----------------------------------------------------------------
+
+
+def test_feedback_create_read_update_delete(
+    sync_client: Client, server: LangSmithTestServer
+) -> None:
+    project = sync_client.create_project("fb")
+    run_id = uuid.uuid4()
+    sync_client.create_run("r", {"q": 1}, "llm", id=run_id, project_name="fb")
+    created = sync_client.create_feedback(
+        run_id,
+        "quality",
+        score=0.5,
+        value="ok",
+        comment="meh",
+        correction={"better": "answer"},
+        session_id=project.id,
+        source_info={"judge": "human"},
+    )
+    stored = sync_client.read_feedback(created.id)
+    assert stored.run_id == run_id
+    assert stored.trace_id == run_id  # filled from the run, as the API does
+    assert stored.session_id == project.id
+    assert (stored.key, stored.score, stored.value, stored.comment) == (
+        "quality",
+        0.5,
+        "ok",
+        "meh",
+    )
+    assert stored.correction == {"better": "answer"}
+    assert stored.feedback_source is not None
+    assert stored.feedback_source.type == "api"
+    assert stored.feedback_source.metadata == {"judge": "human"}
+    assert stored.created_at is not None and stored.modified_at is not None
+
+    sync_client.update_feedback(created.id, score=1.0, comment=None)
+    updated = sync_client.read_feedback(created.id)
+    assert updated.score == 1.0
+    assert updated.comment is None
+    assert updated.value == "ok"  # untouched
+    assert updated.modified_at >= stored.modified_at
+
+    sync_client.delete_feedback(created.id)
+    assert str(created.id) not in server.feedback
+    with pytest.raises(ls_utils.LangSmithNotFoundError):
+        sync_client.read_feedback(created.id)
+
+
+def test_list_feedback_paginates_and_filters(
+    sync_client: Client, server: LangSmithTestServer
+) -> None:
+    project = server.add_project("many")
+    run = server.add_run(session_id=project["id"], name="target")
+    other = server.add_run(session_id=project["id"], name="other")
+    for i in range(230):
+        server.add_feedback(run["id"], "k" if i % 2 else "j", score=i % 3)
+    server.add_feedback(run["id"], "judge", score=1, feedback_source={"type": "model"})
+    server.add_feedback(other["id"], "k", score=1)
+
+    before = len(server.requests_to("/feedback", "GET"))
+    everything = list(sync_client.list_feedback(run_ids=[run["id"]]))
+    pages = server.requests_to("/feedback", "GET")[before:]
+    assert len(everything) == 231
+    assert [p.query["offset"] for p in pages] == [["0"], ["100"], ["200"]]
+    assert len({f.id for f in everything}) == 231
+    # newest first, like the API
+    assert everything[0].key == "judge"
+
+    only_k = list(sync_client.list_feedback(run_ids=[run["id"]], feedback_key=["k"]))
+    assert len(only_k) == 115 and {f.key for f in only_k} == {"k"}
+
+    # the enum is sent as "FeedbackSourceType.MODEL" in the query string
+    model = list(sync_client.list_feedback(feedback_source_type=[schemas.FeedbackSourceType.MODEL]))
+    assert [f.key for f in model] == ["judge"]
+    assert server.requests[-1].query["source"] == ["FeedbackSourceType.MODEL"]
+
+    by_session = list(sync_client.list_feedback(session=[project["id"]], limit=5))
+    assert len(by_session) == 5
+
+
+def test_feedback_with_trace_id_is_queued_until_flush(
+    client: Client, server: LangSmithTestServer
+) -> None:
+    project = client.create_project("queued")
+    run = server.add_run(session_id=str(project.id))
+    fb = client.create_feedback(
+        run["id"], "late", score=1, trace_id=run["id"], session_id=project.id
+    )
+    client.flush()
+    assert str(fb.id) in server.feedback
+    assert server.requests_to("/runs/multipart", "POST")
+    assert not server.requests_to("/feedback", "POST")
+
+
+# -- annotation queues ---------------------------------------------------------
+
+
+def test_annotation_queue_flow(sync_client: Client, server: LangSmithTestServer) -> None:
+    project = server.add_project("aq")
+    runs = [server.add_run(session_id=project["id"], name=f"r{i}") for i in range(3)]
+    queue = sync_client.create_annotation_queue(
+        name="review",
+        description="human review",
+        rubric_instructions="Grade it",
+        rubric_items=[{"feedback_key": "correct", "description": "Is it right?"}],
+    )
+    read = sync_client.read_annotation_queue(queue.id)
+    assert read.rubric_instructions == "Grade it"
+    assert read.rubric_items is not None
+    assert read.rubric_items[0]["feedback_key"] == "correct"
+    assert [q.id for q in sync_client.list_annotation_queues(name="review")] == [queue.id]
+
+    sync_client.add_runs_to_annotation_queue(queue.id, run_ids=[r["id"] for r in runs[:2]])
+    sync_client.add_runs_to_annotation_queue(
+        queue.id,
+        runs=[
+            {
+                "run_id": runs[2]["id"],
+                "session_id": project["id"],
+                "start_time": runs[2]["start_time"],
+            }
+        ],
+    )
+    queued = list(sync_client.list_runs_from_annotation_queue(queue.id))
+    assert [str(r.id) for r in queued] == [r["id"] for r in runs]
+    assert all(r.added_at is not None for r in queued)
+    first = sync_client.get_run_from_annotation_queue(queue.id, index=0)
+    assert str(first.id) == runs[0]["id"]
+
+    server.mark_queue_item(queue.id, runs[0]["id"], "completed")
+    done = list(sync_client.list_runs_from_annotation_queue(queue.id, status="completed"))
+    assert [str(r.id) for r in done] == [runs[0]["id"]]
+    todo = list(sync_client.list_runs_from_annotation_queue(queue.id, status="needs_my_review"))
+    assert [str(r.id) for r in todo] == [r["id"] for r in runs[1:]]
+
+    sync_client.delete_run_from_annotation_queue(queue.id, run_id=runs[1]["id"])
+    assert [i["run_id"] for i in server.queue_items[str(queue.id)]] == [
+        runs[0]["id"],
+        runs[2]["id"],
+    ]
+    sync_client.delete_annotation_queue(queue.id)
+    assert str(queue.id) not in server.annotation_queues
+
+
+def test_annotation_queue_items_api(sync_client: Client, server: LangSmithTestServer) -> None:
+    run = server.add_run(session_name="items")
+    queue = sync_client.create_annotation_queue(name="items-q")
+
+    async def flow() -> list[str]:
+        # client.annotation_queues is the generated *async* OpenAPI resource; its httpx
+        # client is cached on the Client and Client.close() does not close it.
+        try:
+            items_api = sync_client.annotation_queues.items
+            await items_api.create(
+                str(queue.id),
+                items=[{"run_id": run["id"], "project_id": run["session_id"]}],
+            )
+            listing = await items_api.list(str(queue.id), status="needs_my_review")
+            pending = [i async for i in listing]
+            await items_api.create_status(str(pending[0].id), status="completed")
+            archived = await items_api.list(str(queue.id), status="archived")
+            return [str(i.run_id) async for i in archived]
+        finally:
+            await sync_client._get_langsmith_api().close()
+
+    assert asyncio.run(flow()) == [run["id"]]
+    assert server.queue_items[str(queue.id)][0]["status"] == "completed"
+
+
+# -- retries ------------------------------------------------------------------
+
+
+def test_429_then_success(sync_client: Client, server: LangSmithTestServer) -> None:
+    run = server.add_run(session_name="rl")
+    rule = server.inject_failure("/feedback", status=429, times=1, method="POST")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ls_utils.LangSmithWarning)
+        fb = sync_client.create_feedback(run["id"], "k", score=1)
+    posts = server.requests_to("/feedback", "POST")
+    assert [(p.status, p.injected) for p in posts] == [(429, True), (200, False)]
+    assert rule.hits == 1 and rule.remaining == 0
+    assert str(fb.id) in server.feedback
+
+
+def test_500_then_success(sync_client: Client, server: LangSmithTestServer) -> None:
+    server.add_project("flaky")
+    server.inject_failure("/sessions", status=500, times=1)
+    assert sync_client.read_project(project_name="flaky").name == "flaky"
+    assert [r.status for r in server.requests_to("/sessions")] == [500, 200]
+
+
+def test_500_exhausting_retries_raises(server: LangSmithTestServer) -> None:
+    c = _make_client(
+        server,
+        auto_batch_tracing=False,
+        retry_config=Retry(
+            total=1, status_forcelist=[500], allowed_methods=None, raise_on_status=False
+        ),
+    )
+    server.inject_failure("/datasets", status=500, times=5)
+    with pytest.raises(ls_utils.LangSmithAPIError):
+        c.read_dataset(dataset_name="x")
+    assert len(server.requests_to("/datasets")) == 2
+    c.close(timeout=5)
+
+
+def test_multipart_ingest_retried_after_500(client: Client, server: LangSmithTestServer) -> None:
+    server.inject_failure("/runs/multipart", status=500, times=1)
+
+    @traceable(name="retried")
+    def fn() -> str:
+        return "ok"
+
+    with langsmith.tracing_context(enabled=True, client=client, project_name="retry"):
+        fn()
+    client.flush()
+    statuses = [r.status for r in server.requests_to("/runs/multipart")]
+    assert statuses[0] == 500 and statuses[-1] == 202
+    assert [r["name"] for r in server.runs.values()] == ["retried"]
+
+
+# -- datasets & evaluate ---------------------------------------------------------
+
+
+def test_evaluate_over_stored_dataset_without_upload(
+    sync_client: Client, server: LangSmithTestServer
+) -> None:
+    dataset = sync_client.create_dataset("adder")
+    sync_client.create_examples(
+        dataset_id=dataset.id,
+        examples=[{"inputs": {"x": i}, "reference_outputs": {"y": i + 1}} for i in range(4)],
+    )
+    assert [e.outputs for e in sync_client.list_examples(dataset_name="adder")] == [
+        {"y": i + 1} for i in range(4)
+    ]
+
+    def target(inputs: dict) -> dict:
+        return {"y": inputs["x"] + 1 if inputs["x"] != 3 else 0}
+
+    def exact(outputs: dict, reference_outputs: dict) -> dict:
+        return {"key": "exact", "score": outputs["y"] == reference_outputs["y"]}
+
+    before = len(server.requests)
+    results = langsmith.evaluate(
+        target, data="adder", evaluators=[exact], upload_results=False, client=sync_client
+    )
+    rows = list(results)
+    scores = sorted(r["evaluation_results"]["results"][0].score for r in rows)
+    assert scores == [False, True, True, True]
+    during = server.requests[before:]
+    assert {r.method for r in during} == {"GET"}  # nothing uploaded
+    assert not server.runs and not server.feedback

@@ -1,0 +1,188 @@
+"""Memory folders: round trips, atomic saves, corrupt folders, privacy after unalign."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER
+from fakes import HashEmbeddings
+
+from langchain_memalign import (
+    EmbeddingMismatchError,
+    MemAlignJudge,
+    MemoryFormatError,
+)
+from langchain_memalign.store import DB_FILE, INDEX_FILE
+
+CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
+
+
+def test_save_load_round_trip_makes_no_embedding_call(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    judge = make_judge(k=2, scale=bool)
+    judge.align([SWEATER, HOURS, RUDE])
+    expected = judge.invoke(CASE)
+    judge.save(tmp_path / "mem")
+    fresh = HashEmbeddings()
+    loaded = MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=fresh)
+    assert fresh.calls == 0
+    assert loaded.config == judge.config
+    assert loaded.guidelines == judge.guidelines
+    assert loaded.feedback_ids == judge.feedback_ids
+    assert loaded.history() == judge.history()
+    assert loaded.invoke(CASE) == expected
+    assert fresh.calls == 1  # only the query
+
+
+def test_index_cache_is_used_and_rebuilt_when_missing_or_stale(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    judge.save(tmp_path)
+    assert (tmp_path / INDEX_FILE).is_file()
+    (tmp_path / INDEX_FILE).write_bytes(b"garbage")
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert len(loaded.memory.index) == 2  # rebuilt from stored vectors
+    (tmp_path / INDEX_FILE).unlink()
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert len(loaded.memory.index) == 2
+    result = loaded.invoke({"inputs": SWEATER.inputs, "outputs": "x"})
+    assert result["metadata"]["episode_ids"][0] == "sweater"
+
+
+def test_path_judge_persists_every_change(make_judge: Any, model: Any, tmp_path: Path) -> None:
+    judge = make_judge(path=tmp_path)
+    judge.align([SWEATER, HOURS])
+    judge.unalign(["hours"])
+    # no save: SQLite commits each change
+    other = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert other.feedback_ids == ["sweater"]
+    assert [g.source_ids for g in other.guidelines] == [("sweater",)]
+    assert len(other.memory.index) == 1
+
+
+def test_reopening_a_folder_with_the_constructor_keeps_memory(
+    make_judge: Any, tmp_path: Path
+) -> None:
+    make_judge(path=tmp_path).align([SWEATER])
+    again = make_judge(path=tmp_path, k=4)
+    assert again.feedback_ids == ["sweater"] and again.config.k == 4
+    with pytest.raises(MemoryFormatError, match="holds the memory of judge 'helpfulness'"):
+        make_judge(path=tmp_path, name="tone")
+
+
+def test_crash_during_save_leaves_previous_memory_intact(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    judge.save(tmp_path)
+    judge.align([HOURS, RUDE])
+
+    real_replace = os.replace
+
+    def crash(src: Any, dst: Any) -> None:
+        if str(dst).endswith(DB_FILE):
+            raise OSError("disk full")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        judge.save(tmp_path)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([DB_FILE, INDEX_FILE])
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert loaded.feedback_ids == ["sweater"]
+    assert len(loaded.memory.index) == 1
+
+
+def test_crash_inside_a_write_rolls_back(
+    make_judge: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge = make_judge(path=tmp_path)
+    judge.align([SWEATER])
+    from langchain_memalign.store import MemoryStore
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise RuntimeError("power cut")
+
+    monkeypatch.setattr(MemoryStore, "put_guideline", staticmethod(boom))
+    with pytest.raises(RuntimeError, match="power cut"):
+        judge.align([HOURS])
+    monkeypatch.undo()
+    assert judge.feedback_ids == ["sweater"]
+    assert judge.stats()["episodes"] == 1 and len(judge.memory.index) == 1
+
+
+def test_loading_with_other_embeddings_is_refused(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    judge.save(tmp_path)
+    with pytest.raises(EmbeddingMismatchError, match="size=32"):
+        MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings(size=32))
+    with pytest.raises(EmbeddingMismatchError, match="model=other"):
+        MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings(model="other"))
+
+
+def test_missing_and_corrupt_folders(model: Any, tmp_path: Path) -> None:
+    with pytest.raises(MemoryFormatError, match="missing memory.sqlite"):
+        MemAlignJudge.load(tmp_path / "nowhere", model=model, embeddings=HashEmbeddings())
+    (tmp_path / DB_FILE).write_bytes(b"this is not a database" * 100)
+    with pytest.raises(MemoryFormatError, match="corrupt"):
+        MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    with pytest.raises(MemoryFormatError):
+        MemAlignJudge(
+            name="x",
+            instructions=INSTRUCTIONS,
+            model=model,
+            embeddings=HashEmbeddings(),
+            path=tmp_path,
+        )
+    assert (tmp_path / DB_FILE).read_bytes() == b"this is not a database" * 100
+
+
+def test_unsupported_format_version(make_judge: Any, model: Any, tmp_path: Path) -> None:
+    make_judge().save(tmp_path)
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    with pytest.raises(MemoryFormatError, match="version 99"):
+        MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+
+
+def _folder_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("mode", ["path", "save"])
+def test_no_text_of_unaligned_feedback_left_in_folder(
+    make_judge: Any, tmp_path: Path, mode: str
+) -> None:
+    judge = make_judge(path=tmp_path if mode == "path" else None)
+    judge.align([SWEATER, HOURS, RUDE])
+    if mode == "save":
+        judge.save(tmp_path)
+    needles = [b"disappointment first", b"looks different from the website", b"monitor settings"]
+    before = _folder_bytes(tmp_path)
+    assert all(n in before for n in needles)
+    judge.unalign(["sweater"])
+    judge.save(tmp_path)
+    judge.close()
+    after = _folder_bytes(tmp_path)
+    assert not [n for n in needles if n in after]
+    assert HOURS.rationale.encode() in after  # the rest is still there
+
+
+def test_no_pickle_in_memory_folder(make_judge: Any, tmp_path: Path) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    judge.save(tmp_path)
+    for p in tmp_path.iterdir():
+        assert not p.read_bytes().startswith(b"\x80")  # pickle protocol marker
