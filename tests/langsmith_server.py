@@ -971,7 +971,7 @@ class LangSmithTestServer:
                     runs = [
                         r
                         for r in runs
-                        if (root := self.runs.get(r.get("trace_id", r["id"]))) is not None
+                        if (root := self.runs.get(str(r.get("trace_id") or r["id"]))) is not None
                         and predicate(self._run_out(root), self)
                     ]
                 else:

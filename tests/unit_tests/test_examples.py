@@ -1,0 +1,58 @@
+"""Examples run end to end with scripted models, so they cannot rot."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def empathy_rule(case: str, memory: str) -> dict[str, Any]:
+    """A generic judge: fails only rude replies, until memory teaches empathy."""
+    rude = any(w in case.lower() for w in ("yourself", "whatever", "stupid", "don't care"))
+    upset = any(w in case.lower() for w in ("frustrated", "disappointed"))
+    if rude or ("acknowledge" in memory.lower() and upset and "sorry" not in case.lower()):
+        return {"rationale": "Unhelpful.", "score": False}
+    return {"rationale": "Helpful.", "score": True}
+
+
+def test_quickstart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    quickstart = load_example("quickstart")
+    model = ScriptedChatModel(responder=RoleResponder(empathy_rule))
+    out = quickstart.main(["--memory-dir", str(tmp_path)], model=model, embeddings=HashEmbeddings())
+    assert out["baseline"] == 0.8 and out["aligned"] == 1.0 and out["seen"] == 1.0
+    assert out["after_unalign"] == 0.8
+    assert all("sweater" not in g.source_ids for g in out["guidelines_after_unalign"])
+    printed = capsys.readouterr().out
+    assert "Baseline accuracy on 5 test cases: 80%" in printed
+    assert "Guidelines still citing 'sweater': 0" in printed
+    assert "<- sweater" in printed  # provenance shown before the unalign
+
+
+def test_quickstart_says_what_to_set_without_a_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    quickstart = load_example("quickstart")
+    with pytest.raises(SystemExit) as exc:
+        quickstart.main([])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "OPENAI_API_KEY" in err and "OPENAI_BASE_URL" in err
