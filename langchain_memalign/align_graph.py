@@ -41,13 +41,20 @@ from langchain_memalign.semantic import (
 )
 from langchain_memalign.structured import StructuredCaller
 
+# Bounds offered to the model's structured output (grammar-enforced on local
+# servers): guidelines are meant to be one short sentence each.
+GUIDELINE_MAX_CHARS = 300
+
 # -- what the model returns -------------------------------------------------------------
 
 
 class ProposedGuideline(BaseModel):
     """A guideline distilled from feedback."""
 
-    text: str = Field(description="One short, general, imperative grading rule.")
+    text: str = Field(
+        description="One short, general, imperative grading rule.",
+        json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS},
+    )
     source_ids: list[str] = Field(description="Ids of the feedback it comes from.")
     existing_id: str = Field(default="", description="Id of the existing guideline it repeats.")
 
@@ -55,19 +62,19 @@ class ProposedGuideline(BaseModel):
 class Reflection(BaseModel):
     """Guidelines distilled from a batch of feedback."""
 
-    guidelines: list[ProposedGuideline]
+    guidelines: list[ProposedGuideline] = Field(json_schema_extra={"maxItems": 8})
 
 
 class Rederived(BaseModel):
     """A guideline restated from its remaining sources; empty if none support it."""
 
-    text: str
+    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
 
 
 class MergedGuideline(BaseModel):
     """A consolidated guideline and the ids of the guidelines it replaces."""
 
-    text: str
+    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
     merged_from: list[str]
 
 

@@ -21,6 +21,7 @@ _PAIRWISE_ALIASES = {
     "b": "B", "2": "B", "response_2": "B", "response 2": "B", "second": "B",
     "tie": "tie", "0": "tie", "draw": "tie", "equal": "tie",
 }  # fmt: skip
+RATIONALE_MAX_CHARS = 600
 # Integer ranges up to this size are offered to the model as an enum, which
 # grammar-constrained local servers enforce better than min/max bounds.
 _MAX_ENUM_RANGE = 20
@@ -165,7 +166,15 @@ class Scale(BaseModel):
         return create_model(
             "JudgeVerdict",
             __doc__="The judge's verdict: a short rationale, then the score.",
-            rationale=(str, Field(description="Brief reasoning, written before the score.")),
+            rationale=(
+                str,
+                Field(
+                    description="Brief reasoning, written before the score.",
+                    # Grammar-constrained servers enforce this; without it a small
+                    # model can ramble for thousands of tokens.
+                    json_schema_extra={"maxLength": RATIONALE_MAX_CHARS},
+                ),
+            ),
             score=score_field,
         )
 

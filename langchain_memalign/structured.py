@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
 from langchain_memalign._text import extract_json, truncate
@@ -26,12 +27,29 @@ from langchain_memalign.reports import Usage
 T = TypeVar("T", bound=BaseModel)
 
 
-def _is_openai_compatible(model: BaseChatModel) -> bool:
+def _supports_json_schema(model: BaseChatModel) -> bool:
+    """OpenAI-compatible models that take `response_format={"type": "json_schema"}`."""
     try:
         from langchain_openai.chat_models.base import BaseChatOpenAI
     except ImportError:  # pragma: no cover - langchain-openai is a dependency
         return False
-    return isinstance(model, BaseChatOpenAI)
+    if not isinstance(model, BaseChatOpenAI):
+        return False
+    name = model.model_name or ""
+    # The models OpenAI lists as lacking structured outputs (as langchain-openai does).
+    return not (name.startswith(("gpt-3", "gpt-4-")) or name == "gpt-4")
+
+
+def _response_format(schema: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": schema.__name__,
+            "description": (schema.__doc__ or "").strip(),
+            "schema": schema.model_json_schema(),
+            "strict": False,
+        },
+    }
 
 
 class StructuredCaller(Generic[T]):
@@ -54,22 +72,32 @@ class StructuredCaller(Generic[T]):
         self.what = what
         self.retries = retries
         self.check = check
-        self._text_mode = False
+        # "json_schema": the reply's text is the JSON (bound directly rather than
+        # through with_structured_output, whose include_raw map costs a thread
+        # hop per call); "structured": the model's own with_structured_output;
+        # "text": JSON asked for in the prompt.
+        self._mode: str
         self._runnable: Runnable[Any, Any]
-        try:
-            if _is_openai_compatible(model):
-                self._runnable = model.with_structured_output(
-                    schema, method="json_schema", include_raw=True
-                )
-            else:
+        if _supports_json_schema(model):
+            self._mode = "json_schema"
+            self._runnable = model.bind(
+                response_format=_response_format(schema),
+                ls_structured_output_format={
+                    "kwargs": {"method": "json_schema", "strict": False},
+                    "schema": convert_to_openai_tool(schema),
+                },
+            )
+        else:
+            try:
                 self._runnable = model.with_structured_output(schema, include_raw=True)
-        except NotImplementedError:
-            self._text_mode = True
-            self._runnable = model
+                self._mode = "structured"
+            except NotImplementedError:
+                self._mode = "text"
+                self._runnable = model
 
     def _prepare(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         msgs = list(messages)
-        if self._text_mode:
+        if self._mode == "text":
             schema = json.dumps(self.schema.model_json_schema())
             msgs.append(
                 SystemMessage(
@@ -81,7 +109,7 @@ class StructuredCaller(Generic[T]):
 
     def _parse(self, result: Any) -> tuple[T | None, AIMessage | None, str | None]:
         """Return (parsed, raw message, error)."""
-        if self._text_mode:
+        if self._mode != "structured":
             raw = result if isinstance(result, AIMessage) else None
             parsed = None
             error: str | None = None
