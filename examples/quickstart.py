@@ -181,6 +181,8 @@ def main(
         f"\nUnaligned 'sweater': {len(undo.guidelines_removed)} guideline(s) removed, "
         f"{len(undo.guidelines_rederived)} re-derived from their remaining sources."
     )
+    for err in undo.errors:
+        print(f"  note: {err}")
     left = [g for g in judge.guidelines if "sweater" in g.source_ids]
     print(f"Guidelines still citing 'sweater': {len(left)}")
     for g in judge.guidelines:

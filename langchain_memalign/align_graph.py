@@ -17,7 +17,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
@@ -25,7 +25,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from langchain_memalign._text import normalize
 from langchain_memalign.feedback import Feedback
@@ -63,6 +63,25 @@ class Reflection(BaseModel):
     """Guidelines distilled from a batch of feedback."""
 
     guidelines: list[ProposedGuideline] = Field(json_schema_extra={"maxItems": 8})
+
+
+def reflection_schema(batch_ids: Sequence[str]) -> type[Reflection]:
+    """`Reflection` whose `source_ids` can only name feedback of this batch.
+
+    Grammar-constrained servers then cannot invent ids; others are told the
+    allowed values by the schema.
+    """
+    allowed: Any = cast(Any, Literal)[tuple(batch_ids)]
+    item: Any = create_model(
+        "ProposedGuideline",
+        __base__=ProposedGuideline,
+        source_ids=(list[allowed], Field(description="Ids of the feedback it comes from.")),
+    )
+    return create_model(
+        "Reflection",
+        __base__=Reflection,
+        guidelines=(list[item], Field(json_schema_extra={"maxItems": 8})),
+    )
 
 
 class Rederived(BaseModel):
@@ -129,7 +148,7 @@ class AlignNodes:
     def __init__(self, memory: JudgeMemory, model: BaseChatModel) -> None:
         self.memory = memory
         retries = memory.config.max_retries
-        self.reflector = StructuredCaller(model, Reflection, what="reflection", retries=retries)
+        self.reflection_model = model
         self.rederiver = StructuredCaller(
             model, Rederived, what="guideline re-derivation", retries=retries
         )
@@ -152,8 +171,12 @@ class AlignNodes:
         messages = reflect_messages(
             cfg.instructions, cfg.scale, batch, self.memory.guidelines, cfg.episode_max_chars
         )
+        reflector = StructuredCaller(
+            self.reflection_model, reflection_schema(ids), what="reflection",
+            retries=cfg.max_retries,
+        )  # fmt: skip
         try:
-            out, usage = self.reflector.invoke(messages, config)
+            out, usage = reflector.invoke(messages, config)
         except Exception as e:  # recorded and retried later, never dropped
             return {
                 "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],

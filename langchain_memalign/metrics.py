@@ -32,13 +32,13 @@ import threading
 import time
 from collections.abc import Hashable, Iterable, Sequence
 from itertools import combinations
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from uuid import UUID
 
 import numpy as np
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -133,7 +133,7 @@ def confusion_matrix(
 def _weights(k: int, weights: KappaWeights | None) -> np.ndarray:
     i, j = np.indices((k, k))
     if weights is None:
-        return (i != j).astype(float)
+        return np.asarray(i != j, dtype=float)
     d = np.abs(i - j) / max(k - 1, 1)
     if weights == "linear":
         return np.asarray(d, dtype=float)
@@ -226,7 +226,7 @@ def krippendorff_alpha(
     d_e = float((np.outer(n_c, n_c) * delta).sum()) / (n * (n - 1))
     if d_e == 0.0:
         return math.nan
-    return 1.0 - d_o / d_e
+    return float(1.0 - d_o / d_e)
 
 
 def fleiss_kappa(units: Sequence[Sequence[Any]], *, labels: Sequence[Any] | None = None) -> float:
@@ -272,6 +272,21 @@ def _is_number(x: Any) -> bool:
 
 def _none_if_nan(x: float) -> float | None:
     return None if x is None or math.isnan(x) else round(float(x), 6)
+
+
+class BatchJudge(Protocol):
+    """Anything that judges cases in a batch like a LangChain `Runnable` does."""
+
+    def batch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Judge many cases: `{"inputs", "outputs", "reference_outputs"}` -> result."""
+        ...
 
 
 # -- cost counting -----------------------------------------------------------------------------
@@ -389,7 +404,11 @@ class Disagreement(BaseModel):
 
 
 class ConfusionMatrix(BaseModel):
-    """Counts of (human, judge) label pairs: `counts[i][j]` = human `labels[i]`, judge `labels[j]`."""
+    """Counts of (human, judge) label pairs.
+
+    `counts[i][j]` is the number of cases the human labelled `labels[i]` and
+    the judge `labels[j]`.
+    """
 
     labels: list[Any]
     counts: list[list[int]]
@@ -645,7 +664,7 @@ def _alpha_labels(scale: Scale, labels: list[Any]) -> list[Any] | None:
 
 
 def evaluate_agreement(
-    judge: Runnable[dict[str, Any], Any],
+    judge: BatchJudge,
     feedback: Iterable[Feedback | dict[str, Any]],
     config: RunnableConfig | None = None,
     *,

@@ -28,20 +28,19 @@ MEMORY_NOTE = (
     "from generic best practice, follow the experts.\n"
 )
 
-REFLECT_SYSTEM = """You help an LLM judge learn from expert feedback.
+REFLECT_SYSTEM = """You help an LLM judge learn the grading rules of a team of experts.
 The judge's task: {task}
 {scale}
-Read the expert feedback below and write general grading guidelines the judge should follow, so that it would grade these and similar future cases as the experts did.
-- Each guideline is one short imperative sentence about a kind of case, not about one specific case.
-- Capture the experts' own rules, especially where they differ from generic best practice.
-- Do not repeat an existing guideline. If feedback supports an existing guideline, return that guideline's text with its id in "existing_id".
-- "source_ids" lists the ids of the feedback each guideline comes from.
-- Return an empty list if the feedback teaches nothing general.
-Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["..."], "existing_id": ""}}]}}"""
+Below, experts graded cases and explained why. For each feedback item whose rationale teaches a rule, write that rule as a guideline the judge must follow on future cases.
+- One short imperative sentence per guideline, in the experts' terms, general enough for other cases (no details of this one case).
+- Prefer what the experts care about that a generic judge would miss.
+- Do not restate an existing guideline: if feedback supports one, return its text with its id in "existing_id".
+- "source_ids": only the id(s) of the feedback whose rationale states the rule.
+Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["<feedback id>"], "existing_id": ""}}]}}"""
 
 REDERIVE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
-Some feedback a guideline was learned from has been withdrawn. Rewrite the guideline so that it says only what the remaining feedback below supports. If the remaining feedback does not support any such guideline, answer with an empty text.
+A guideline was learned from several feedback items and some of them have been withdrawn. Restate the guideline using only what the remaining feedback below supports: keep it as it is if the remaining feedback supports it, narrow it if it supports only part. Answer with an empty text only if no remaining feedback supports any part of it.
 Answer with JSON: {{"text": "..."}}"""
 
 CONSOLIDATE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
@@ -81,20 +80,19 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _episode_block(ep: Episode, max_chars: int) -> str:
+def _episode_block(ep: Episode, max_chars: int, *, verdict_first: bool = False) -> str:
     parts = [("Inputs", render(ep.inputs)), ("Outputs", render(ep.outputs))]
     if ep.reference_outputs is not None:
         parts.append(("Reference outputs", render(ep.reference_outputs)))
-    rationale = ep.rationale or ""
     # The verdict and rationale are what the episode teaches: they get their
     # share of the budget first, the case text gets the rest.
-    reason = truncate(rationale, max_chars // 3)
+    reason = truncate(ep.rationale or "", max_chars // 3)
     room = max(60, (max_chars - len(reason)) // len(parts))
-    lines = [f"{name}: {truncate(text, room)}" for name, text in parts if text]
-    lines.append(f"Expert score: {format_value(ep.value)}")
+    case = [f"{name}: {truncate(text, room)}" for name, text in parts if text]
+    verdict = [f"Expert score: {format_value(ep.value)}"]
     if reason:
-        lines.append(f"Expert rationale: {reason}")
-    return "\n".join(lines)
+        verdict.append(f"Expert rationale: {reason}")
+    return "\n".join(verdict + case if verdict_first else case + verdict)
 
 
 def memory_section(
@@ -145,7 +143,9 @@ def _feedback_block(fb: Feedback, max_chars: int) -> str:
         feedback_id=fb.id, inputs=fb.inputs, outputs=fb.outputs,
         reference_outputs=fb.reference_outputs, value=fb.value, rationale=fb.rationale,
     )  # fmt: skip
-    return f'<feedback id="{fb.id}">\n{_episode_block(ep, max_chars)}\n</feedback>'
+    # Reflection is about the rationale: lead with it, so a small model reads it first.
+    block = _episode_block(ep, max_chars, verdict_first=True)
+    return f'<feedback id="{fb.id}">\n{block}\n</feedback>'
 
 
 def reflect_messages(

@@ -170,9 +170,9 @@ class RoleResponder:
     def _role(system: str) -> str:
         if system.startswith("You are an expert evaluator"):
             return "judge"
-        if "learn from expert feedback" in system:
+        if "grading rules of a team of experts" in system:
             return "reflect"
-        if "has been withdrawn" in system:
+        if "been withdrawn" in system:
             return "rederive"
         if "grown too long" in system:
             return "consolidate"

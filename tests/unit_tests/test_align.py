@@ -145,7 +145,7 @@ def test_one_failed_batch_does_not_drop_the_others(make_judge: Any, model: Any) 
     original = model.responder
 
     def flaky(messages: Any) -> Any:
-        if "learn from expert feedback" in str(messages[0].content) and 'id="rude"' in str(
+        if "grading rules of a team" in str(messages[0].content) and 'id="rude"' in str(
             messages[-1].content
         ):
             return "garbage"

@@ -1,0 +1,421 @@
+r"""Self-critique for LangGraph agents: a judge as a node that sends weak drafts back.
+
+`SelfCritique` turns a `MemAlignJudge` into a node for any LangGraph agent.
+The node maps the agent's state to the judge's input, runs the judge graph as a
+subgraph (callbacks, tracing, checkpointer and store pass through the node's
+config), and a router sends the agent on: a passing draft continues, a failing
+one goes back to the agent with the judge's rationale as a revision note, at
+most `max_rounds` times.
+
+```
+START -> agent -> critique --pass------> then
+           ^          |--exhausted---> exhausted (defaults to then)
+           \\-revise--/
+```
+
+Example:
+    ```python
+    class State(TypedDict, total=False):
+        question: str
+        draft: str
+        critique: CritiqueState
+
+    critic = SelfCritique(
+        judge,
+        to_case=lambda s: {"inputs": s["question"], "outputs": s["draft"]},
+        max_rounds=2,
+    )
+    builder = StateGraph(State)
+    builder.add_node("agent", write_draft)  # reads state["critique"]["note"] when revising
+    builder.add_edge(START, "agent")
+    critic.add_to(builder, agent="agent")  # agent -> critique -> END or back to agent
+    app = builder.compile()
+    out = app.invoke({"question": "I was charged twice!"})
+    # Later, a reviewer confirms or corrects the verdict; the judge learns from it:
+    critic.record(out, id="ticket-42", value=False, rationale="Promised a refund date.")
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypedDict, cast
+
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.graph import END, StateGraph
+
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.reports import AlignReport
+from langchain_memalign.scale import Scale
+
+Route = Literal["pass", "revise", "exhausted"]
+"""Where the router sends the agent after a critique."""
+
+NOTE_MESSAGE_NAME = "critique"
+"""The `name` of revision-note messages added by `note_as_message`."""
+
+_CASE_KEYS = ("inputs", "outputs", "reference_outputs")
+
+
+class CritiqueState(TypedDict, total=False):
+    """What the critique node writes under its state key (`"critique"` by default).
+
+    Add a key of this type to the agent's state. Each critique replaces it; a
+    new chain of rounds starts once a chain has ended (`final`), so a
+    multi-turn agent with a checkpointer gets fresh rounds for every answer.
+    """
+
+    case: dict[str, Any]
+    """What the judge saw: `inputs`, `outputs`, `reference_outputs`."""
+    result: dict[str, Any]
+    """The judge's result: `{"key", "score", "comment", "metadata"}`."""
+    passed: bool
+    """Whether the draft passed."""
+    round: int
+    """1 for the first critique of an answer, 2 after one revision, and so on."""
+    final: bool
+    """True when the draft passed or no revision round is left."""
+    note: str | None
+    """The revision note for the agent when the draft failed, else None."""
+    history: list[dict[str, Any]]
+    """Results of the earlier rounds of this answer, oldest first."""
+
+
+def default_passed(scale: Scale) -> Callable[[dict[str, Any]], bool]:
+    """The default pass rule for a judge's scale.
+
+    - `bool`: the score is `True`.
+    - numeric `(low, high)`: the score is at least the midpoint `(low + high) / 2`
+      (3 on a 1–5 scale).
+    - categorical: the score is the first category; list categories best first,
+      e.g. `["Excellent", "Acceptable", "Bad"]`, or pass `passed=` to accept more.
+    - pairwise: no default (a single draft is not a pair); raises `ValueError`.
+    """
+    if scale.kind == "bool":
+        return lambda result: result.get("score") is True
+    if scale.kind == "numeric":
+        assert scale.low is not None and scale.high is not None
+        midpoint = (scale.low + scale.high) / 2
+        return lambda result: _number(result.get("score")) >= midpoint
+    if scale.kind == "categorical":
+        best = scale.choices[0]
+        return lambda result: result.get("score") == best
+    raise ValueError(
+        "a pairwise judge has no default pass rule for self-critique; pass "
+        "`passed=lambda result: ...`"
+    )
+
+
+def _number(x: Any) -> float:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else float("-inf")
+
+
+def default_note(result: Mapping[str, Any]) -> str:
+    """The revision note sent back to the agent: the judge's rationale and score."""
+    comment = str(result.get("comment") or "").strip() or "No rationale given."
+    return (
+        f"A reviewer ({result.get('key', 'judge')}) scored your draft {result.get('score')!r}: "
+        f"{comment}\nRevise the draft to address this."
+    )
+
+
+def _get(state: Any, key: str) -> Any:
+    if isinstance(state, Mapping):
+        return state.get(key)
+    return getattr(state, key, None)
+
+
+def _text(message: Any) -> str:
+    content = message.content if isinstance(message, BaseMessage) else message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks
+        return "".join(
+            b if isinstance(b, str) else str(b.get("text", "")) if isinstance(b, dict) else ""
+            for b in content
+        )
+    return str(content)
+
+
+def _role(message: Any) -> str:
+    if isinstance(message, BaseMessage):
+        return message.type
+    return str(message.get("role") or message.get("type") or "")
+
+
+def case_from_messages(state: Any) -> dict[str, Any]:
+    """Judge input from a messages-based state (`state["messages"]`).
+
+    `outputs` is the last AI message; `inputs` is the last human message before
+    it that is not a revision note (see `note_as_message`).
+    """
+    messages: Sequence[Any] = _get(state, "messages") or []
+    last_ai = next(
+        (i for i in range(len(messages) - 1, -1, -1) if _role(messages[i]) in ("ai", "assistant")),
+        None,
+    )
+    if last_ai is None:
+        raise ValueError("self-critique: the state has no AI message to judge")
+    inputs = next(
+        (
+            _text(m)
+            for m in reversed(messages[:last_ai])
+            if _role(m) in ("human", "user") and _name(m) != NOTE_MESSAGE_NAME
+        ),
+        None,
+    )
+    return {"inputs": inputs, "outputs": _text(messages[last_ai]), "reference_outputs": None}
+
+
+def _name(message: Any) -> Any:
+    return message.name if isinstance(message, BaseMessage) else message.get("name")
+
+
+def default_case(state: Any) -> dict[str, Any]:
+    """Judge input from the state's `inputs`/`outputs`/`reference_outputs` keys, or messages.
+
+    Raises:
+        TypeError: the state has neither an `outputs` key nor `messages`; pass `to_case`.
+    """
+    if _get(state, "outputs") is not None:
+        return {k: _get(state, k) for k in _CASE_KEYS}
+    if _get(state, "messages") is not None:
+        return case_from_messages(state)
+    raise TypeError(
+        "self-critique cannot find the draft in the agent's state: give the state "
+        "`inputs` and `outputs` keys or `messages`, or pass "
+        "`to_case=lambda state: {'inputs': ..., 'outputs': ...}`"
+    )
+
+
+def note_as_message(state: Any, critique: CritiqueState) -> dict[str, Any]:
+    """An `on_revise` hook for messages-based agents: the note as a human message.
+
+    The message is named `"critique"` so that `case_from_messages` does not
+    mistake it for the user's question.
+    """
+    return {"messages": [HumanMessage(content=critique.get("note") or "", name=NOTE_MESSAGE_NAME)]}
+
+
+class SelfCritique:
+    """A judge as a self-critique node for a LangGraph agent.
+
+    Args:
+        judge: The (aligned) judge that critiques the agent's drafts.
+        to_case: Maps the agent's state to the judge's input
+            `{"inputs", "outputs", "reference_outputs"}`; by default the state's
+            keys of those names, or its `messages` (see `case_from_messages`).
+        passed: Decides from the judge's result whether a draft passes; by
+            default `default_passed(judge.scale)` (bool: `True`; numeric: at
+            least the midpoint; categorical: the first category).
+        max_rounds: How many times a failing draft is sent back for revision;
+            the judge runs at most `max_rounds + 1` times per answer. `0`
+            critiques without revising.
+        key: The state key the critique is written to (a `CritiqueState`).
+        note: Builds the revision note from the judge's result; by default
+            `default_note`.
+        on_revise: Extra state update when a draft is sent back, from the
+            agent's state and the new critique, e.g. `note_as_message` for a
+            messages-based agent.
+        name: The node's name.
+    """
+
+    def __init__(
+        self,
+        judge: MemAlignJudge,
+        *,
+        to_case: Callable[[Any], Mapping[str, Any]] | None = None,
+        passed: Callable[[dict[str, Any]], bool] | None = None,
+        max_rounds: int = 2,
+        key: str = "critique",
+        note: Callable[[dict[str, Any]], str] | None = None,
+        on_revise: Callable[[Any, CritiqueState], dict[str, Any]] | None = None,
+        name: str = "critique",
+    ) -> None:
+        if max_rounds < 0:
+            raise ValueError(f"max_rounds must be >= 0, got {max_rounds}")
+        self.judge = judge
+        self.graph: Runnable[Any, Any] = judge.graph
+        """The judge graph run as a subgraph (`judge.graph`)."""
+        self.to_case = to_case or default_case
+        self.passed = passed or default_passed(judge.scale)
+        self.max_rounds = max_rounds
+        self.key = key
+        self.note = note or default_note
+        self.on_revise = on_revise
+        self.name = name
+
+    # -- the node ----------------------------------------------------------------------------
+
+    @property
+    def node(self) -> RunnableLambda[Any, dict[str, Any]]:
+        """The critique node (sync and async), for `builder.add_node(name, critic.node)`."""
+        return RunnableLambda(self.critique, afunc=self.acritique, name=self.name)
+
+    def _case(self, state: Any) -> dict[str, Any]:
+        case = dict(self.to_case(state))
+        unknown = set(case) - set(_CASE_KEYS)
+        if unknown or "inputs" not in case:
+            raise TypeError(
+                "to_case must return a dict with 'inputs' (and optionally 'outputs', "
+                f"'reference_outputs'), got keys {sorted(case)}"
+            )
+        return {k: case.get(k) for k in _CASE_KEYS}
+
+    def _update(self, state: Any, case: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        prev = cast(CritiqueState | None, _get(state, self.key)) or {}
+        fresh = not prev or prev.get("final", True)
+        round_ = 1 if fresh else int(prev.get("round", 0)) + 1
+        history = [] if fresh else [*prev.get("history", []), prev.get("result") or {}]
+        ok = bool(self.passed(result))
+        critique: CritiqueState = {
+            "case": case,
+            "result": result,
+            "passed": ok,
+            "round": round_,
+            "final": ok or round_ > self.max_rounds,
+            "note": None if ok else self.note(result),
+            "history": history,
+        }
+        update: dict[str, Any] = {self.key: critique}
+        if not critique["final"] and self.on_revise is not None:
+            update.update(self.on_revise(state, critique))
+        return update
+
+    def critique(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Judge the agent's draft and write a `CritiqueState` to the state."""
+        case = self._case(state)
+        out = self.graph.invoke(case, config)
+        return self._update(state, case, dict(out["result"]))
+
+    async def acritique(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Async twin of `critique`."""
+        case = self._case(state)
+        out = await self.graph.ainvoke(case, config)
+        return self._update(state, case, dict(out["result"]))
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def route(self, state: Any) -> Route:
+        """`"pass"`, `"revise"` (back to the agent) or `"exhausted"` (failed, no round left)."""
+        critique = cast(CritiqueState | None, _get(state, self.key))
+        if not critique:
+            raise ValueError(f"self-critique: no {self.key!r} in the state; run the node first")
+        if critique.get("passed"):
+            return "pass"
+        return "exhausted" if critique.get("final") else "revise"
+
+    def add_to(
+        self,
+        builder: StateGraph[Any, Any, Any, Any],
+        *,
+        agent: str,
+        then: str = END,
+        exhausted: str | None = None,
+    ) -> StateGraph[Any, Any, Any, Any]:
+        """Wire the critique into a graph: `agent -> critique -> then | agent | exhausted`.
+
+        Args:
+            builder: The agent's `StateGraph`; its state needs this critique's key.
+            agent: The node that writes drafts (and revises them).
+            then: Where a passing draft goes (default `END`).
+            exhausted: Where a draft goes that still fails after `max_rounds`
+                revisions (e.g. a human hand-off); defaults to `then`.
+        """
+        builder.add_node(self.name, self.node)
+        builder.add_edge(agent, self.name)
+        builder.add_conditional_edges(
+            self.name,
+            self.route,
+            {"pass": then, "revise": agent, "exhausted": exhausted or then},
+        )
+        return builder
+
+    # -- closing the loop ----------------------------------------------------------------------
+
+    def _critique_of(self, state: Any) -> CritiqueState:
+        if isinstance(state, Mapping) and "result" in state and "case" in state:
+            return cast(CritiqueState, state)
+        critique = cast(CritiqueState | None, _get(state, self.key))
+        if not critique or "result" not in critique:
+            raise ValueError(f"self-critique: no critique under {self.key!r} to record")
+        return critique
+
+    def feedback(
+        self,
+        state: Any,
+        *,
+        id: str,
+        value: Any = None,
+        rationale: str | None = None,
+        annotator: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Feedback:
+        """Feedback on the last critiqued draft: a reviewer confirms or corrects the verdict.
+
+        Args:
+            state: The agent's final state (or its `CritiqueState`).
+            id: A stable feedback id (e.g. the ticket id).
+            value: The reviewer's score; `None` confirms the judge's score.
+            rationale: Why; when the reviewer confirms without one, the judge's
+                own rationale is kept.
+            annotator: Who reviewed.
+            metadata: Anything else to keep; the judge's score and whether the
+                reviewer confirmed it are added.
+        """
+        critique = self._critique_of(state)
+        result, case = critique["result"], critique["case"]
+        judged = result.get("score")
+        value = judged if value is None else self.judge.scale.validate_value(value, feedback_id=id)
+        confirmed = value == judged
+        return Feedback(
+            id=id,
+            inputs=case.get("inputs"),
+            outputs=case.get("outputs"),
+            reference_outputs=case.get("reference_outputs"),
+            value=value,
+            rationale=rationale or (result.get("comment") if confirmed else None),
+            annotator=annotator,
+            metadata={
+                "source": "self_critique",
+                "judge_score": judged,
+                "confirmed": confirmed,
+                **(metadata or {}),
+            },
+        )
+
+    def record(
+        self,
+        state: Any,
+        *,
+        id: str,
+        value: Any = None,
+        rationale: str | None = None,
+        annotator: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        config: RunnableConfig | None = None,
+    ) -> AlignReport:
+        """Align the judge with a reviewer's verdict on the last draft (see `feedback`)."""
+        fb = self.feedback(
+            state, id=id, value=value, rationale=rationale, annotator=annotator, metadata=metadata
+        )
+        return self.judge.align([fb], config)
+
+    async def arecord(
+        self,
+        state: Any,
+        *,
+        id: str,
+        value: Any = None,
+        rationale: str | None = None,
+        annotator: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        config: RunnableConfig | None = None,
+    ) -> AlignReport:
+        """Async twin of `record`."""
+        fb = self.feedback(
+            state, id=id, value=value, rationale=rationale, annotator=annotator, metadata=metadata
+        )
+        return await self.judge.aalign([fb], config)
