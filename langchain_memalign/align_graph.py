@@ -216,16 +216,19 @@ class AlignNodes:
         guideline_vectors = vectors[len(to_embed) :]
 
         new_rows: list[int] = []
+        old_rows: list[int] = []
         with mem.store.transaction() as conn:
             position = mem.store.next_position()
             for fb in to_store:
                 done = fb.rationale is None or fb.id in reflected
                 mem.store.put_feedback(conn, fb, reflected=done and fb.id not in failed)
-                rowid = mem.store.put_episode(
-                    conn, fb.id, hashes[fb.id], episode_vectors.get(fb.id)
-                )
                 if fb.id in episode_vectors:
+                    rowid, old = mem.store.put_episode(
+                        conn, fb.id, hashes[fb.id], episode_vectors[fb.id]
+                    )
                     new_rows.append(rowid)
+                    if old is not None:
+                        old_rows.append(old)
             mem.store.set_reflected(conn, reflected - failed, True)
             for i, g in enumerate(plan.added):
                 mem.store.put_guideline(conn, g, guideline_vectors[i], position + i)
@@ -235,8 +238,9 @@ class AlignNodes:
                 conn, "align", [fb.id for fb in to_store] + sorted(reflected),
                 [g.id for g in plan.added + plan.updated],
             )  # fmt: skip
+        mem.index.remove(old_rows)
         if new_rows:
-            mem.index.upsert(new_rows, np.stack([episode_vectors[f] for f in to_embed]))
+            mem.index.add(new_rows, np.stack([episode_vectors[f] for f in to_embed]))
         mem.refresh_guidelines()
         return {"usages": [usage]}
 

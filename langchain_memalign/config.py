@@ -38,6 +38,11 @@ class JudgeConfig(BaseModel):
     reflect_batch_size: int = Field(
         default=8, ge=1, description="Feedback items distilled per reflection call."
     )
+    hnsw_threshold: int = Field(
+        default=50_000, ge=1,
+        description="Episodes past which retrieval switches from an exact to an approximate "
+        "(HNSW) index.",
+    )  # fmt: skip
     max_retries: int = Field(
         default=2, ge=0, description="Retries when a model returns malformed output."
     )

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
+from langchain_core.rate_limiters import BaseRateLimiter
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import ensure_config
 from langgraph.graph.state import CompiledStateGraph
@@ -68,6 +69,8 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present);
             `None` keeps the memory in process.
+        rate_limiter: Paces the judge's model calls (e.g. LangChain's
+            `InMemoryRateLimiter`), shared by all concurrent judgments.
         **options: Further `JudgeConfig` fields (`embed`, `guideline_token_budget`,
             `episode_max_chars`, `embed_max_chars`, `reflect_batch_size`, `max_retries`).
     """
@@ -82,6 +85,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         k: int = 5,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
+        rate_limiter: BaseRateLimiter | None = None,
         **options: Any,
     ) -> None:
         config = JudgeConfig(
@@ -92,17 +96,22 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             JudgeMemory.create(path, emb, config),
             resolve_chat_model(model),
             None if reflection_model is None else resolve_chat_model(reflection_model),
+            rate_limiter,
         )
 
     def _setup(
-        self, memory: JudgeMemory, model: BaseChatModel, reflection_model: BaseChatModel | None
+        self,
+        memory: JudgeMemory,
+        model: BaseChatModel,
+        reflection_model: BaseChatModel | None,
+        rate_limiter: BaseRateLimiter | None,
     ) -> None:
         self.memory = memory
         self.model = model
         self.reflection_model = reflection_model or model
         self.name = memory.config.name
         self.graph: CompiledStateGraph[JudgeState, None, JudgeState, JudgeState] = (
-            build_judge_graph(memory, model)
+            build_judge_graph(memory, model, rate_limiter=rate_limiter)
         )
         self._align_nodes = AlignNodes(memory, self.reflection_model)
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
@@ -119,6 +128,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         model: str | BaseChatModel,
         embeddings: str | Embeddings,
         reflection_model: str | BaseChatModel | None = None,
+        rate_limiter: BaseRateLimiter | None = None,
         **overrides: Any,
     ) -> MemAlignJudge:
         """Open a saved judge. Makes no embedding call.
@@ -134,6 +144,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             memory,
             resolve_chat_model(model),
             None if reflection_model is None else resolve_chat_model(reflection_model),
+            rate_limiter,
         )
         return judge
 

@@ -15,6 +15,7 @@ import asyncio
 from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.rate_limiters import BaseRateLimiter
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -41,7 +42,12 @@ class JudgeState(TypedDict, total=False):
 class JudgeNodes:
     """The nodes of the judgment graph, bound to one judge's memory and model."""
 
-    def __init__(self, memory: JudgeMemory, model: BaseChatModel) -> None:
+    def __init__(
+        self,
+        memory: JudgeMemory,
+        model: BaseChatModel,
+        rate_limiter: BaseRateLimiter | None = None,
+    ) -> None:
         self.memory = memory
         cfg = memory.config
         self.verdict = StructuredCaller(
@@ -49,6 +55,7 @@ class JudgeNodes:
             cfg.scale.verdict_schema(),
             what=f"judge {cfg.name!r}",
             retries=cfg.max_retries,
+            rate_limiter=rate_limiter,
         )
 
     # embed_case: nothing to embed when the memory has nothing to retrieve, so an
@@ -116,10 +123,14 @@ class JudgeNodes:
 
 
 def build_judge_graph(
-    memory: JudgeMemory, model: BaseChatModel, *, name: str | None = None
+    memory: JudgeMemory,
+    model: BaseChatModel,
+    *,
+    name: str | None = None,
+    rate_limiter: BaseRateLimiter | None = None,
 ) -> CompiledStateGraph[JudgeState, None, JudgeState, JudgeState]:
     """Compile the judgment graph for a memory and a chat model."""
-    nodes = JudgeNodes(memory, model)
+    nodes = JudgeNodes(memory, model, rate_limiter)
     graph = StateGraph(JudgeState)
     graph.add_node("embed_case", RunnableLambda(nodes.embed_case, afunc=nodes.aembed_case))
     graph.add_node("load_guidelines", nodes.load_guidelines)

@@ -35,7 +35,7 @@ class JudgeMemory:
         self.config = config
         # Serializes align/unalign/save; judgments never take it.
         self.write_lock = threading.RLock()
-        self.index = EpisodicIndex()
+        self.index = EpisodicIndex(**self._index_options())
         self._guidelines: tuple[Guideline, ...] = ()
         self._guideline_vectors: np.ndarray | None = None
 
@@ -97,12 +97,12 @@ class JudgeMemory:
             self.index = index
             self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
 
+    def _index_options(self) -> dict[str, Any]:
+        return {"hnsw_threshold": self.config.hnsw_threshold}
+
     def _rebuild_index(self) -> EpisodicIndex:
         ids, vectors = self.store.all_vectors()
-        index = EpisodicIndex()
-        if vectors is not None:
-            index.upsert(ids, vectors)
-        return index
+        return EpisodicIndex.build(ids, vectors, **self._index_options())
 
     def _read_index_cache(self) -> EpisodicIndex | None:
         folder = self.store.folder
@@ -111,7 +111,7 @@ class JudgeMemory:
         if self.store.get_meta("index_seq") != self.store.get_meta("change_seq"):
             return None
         try:
-            index = EpisodicIndex.read(str(folder / INDEX_FILE))
+            index = EpisodicIndex.read(str(folder / INDEX_FILE), **self._index_options())
         except RuntimeError:  # a damaged cache is rebuilt, never trusted
             return None
         return index if len(index) == self.store.count("episodes") else None

@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS guideline_sources (
     PRIMARY KEY (guideline_id, feedback_id)
 );
 CREATE INDEX IF NOT EXISTS guideline_sources_by_feedback ON guideline_sources(feedback_id);
+CREATE INDEX IF NOT EXISTS feedback_pending ON feedback(reflected) WHERE reflected = 0;
 CREATE TABLE IF NOT EXISTS history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     at TEXT NOT NULL,
@@ -262,24 +263,25 @@ class MemoryStore:
 
     @staticmethod
     def put_episode(
-        conn: sqlite3.Connection, feedback_id: str, text_hash: str, vector: np.ndarray | None
-    ) -> int:
-        """Upsert an episode (`vector=None` keeps the stored one); return its row id."""
-        if vector is None:
-            conn.execute(
-                "UPDATE episodes SET text_hash=? WHERE feedback_id=?", (text_hash, feedback_id)
-            )
-        else:
-            conn.execute(
-                "INSERT INTO episodes(feedback_id, text_hash, vector) VALUES(?, ?, ?) "
-                "ON CONFLICT(feedback_id) DO UPDATE SET text_hash=excluded.text_hash, "
-                "vector=excluded.vector",
-                (feedback_id, text_hash, _vec_blob(vector)),
-            )
-        row = conn.execute(
+        conn: sqlite3.Connection, feedback_id: str, text_hash: str, vector: np.ndarray
+    ) -> tuple[int, int | None]:
+        """Store an episode's vector; return (new row id, replaced row id or None).
+
+        A changed vector gets a fresh row id (AUTOINCREMENT never reuses one),
+        so an approximate index can tombstone the old id instead of editing
+        its graph in place.
+        """
+        old = conn.execute(
             "SELECT rowid FROM episodes WHERE feedback_id=?", (feedback_id,)
         ).fetchone()
-        return int(row[0])
+        if old is not None:
+            conn.execute("DELETE FROM episodes WHERE rowid=?", (old[0],))
+        cur = conn.execute(
+            "INSERT INTO episodes(feedback_id, text_hash, vector) VALUES(?, ?, ?)",
+            (feedback_id, text_hash, _vec_blob(vector)),
+        )
+        assert cur.lastrowid is not None
+        return int(cur.lastrowid), None if old is None else int(old[0])
 
     def all_vectors(self) -> tuple[list[int], np.ndarray | None]:
         """Every episode's row id and vector, to rebuild the FAISS index without embedding."""

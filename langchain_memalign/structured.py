@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.rate_limiters import BaseRateLimiter
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
@@ -67,8 +68,10 @@ class StructuredCaller(Generic[T]):
         what: str,
         retries: int = 2,
         check: Callable[[T], None] | None = None,
+        rate_limiter: BaseRateLimiter | None = None,
     ) -> None:
         self.schema = schema
+        self.rate_limiter = rate_limiter
         self.what = what
         self.retries = retries
         self.check = check
@@ -183,6 +186,8 @@ class StructuredCaller(Generic[T]):
         raw: AIMessage | None = None
         error: str | None = None
         for _ in range(self.retries + 1):
+            if self.rate_limiter is not None:
+                self.rate_limiter.acquire(blocking=True)
             result = self._runnable.invoke(msgs, config)
             parsed, raw, error = self._parse(result)
             usage = usage + _usage_of(raw)
@@ -200,6 +205,8 @@ class StructuredCaller(Generic[T]):
         raw: AIMessage | None = None
         error: str | None = None
         for _ in range(self.retries + 1):
+            if self.rate_limiter is not None:
+                await self.rate_limiter.aacquire(blocking=True)
             result = await self._runnable.ainvoke(msgs, config)
             parsed, raw, error = self._parse(result)
             usage = usage + _usage_of(raw)
