@@ -287,7 +287,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         config = ensure_config(config)
         mem = self.memory
         with mem.write_lock:
-            before = {g.id for g in mem.guidelines}
+            before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
             known = mem.store.feedback_state(fb.id for fb in items)
             added = [fb for fb in items if fb.id not in known]
             updated = [
@@ -311,13 +311,16 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             batches = [to_reflect[i : i + size] for i in range(0, len(to_reflect), size)]
             state: AlignState = {"to_store": added + updated, "batches": batches}
             out = self.align_graph.invoke(state, config)
-            after = {g.id for g in mem.guidelines}
+            after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
         report = AlignReport(
             added=[fb.id for fb in added],
             updated=[fb.id for fb in updated],
             unchanged=[fb.id for fb in unchanged],
-            guidelines_added=sorted(after - before),
-            guidelines_removed=sorted(before - after),
+            guidelines_added=sorted(after.keys() - before.keys()),
+            guidelines_removed=sorted(before.keys() - after.keys()),
+            guidelines_updated=sorted(
+                g for g in after.keys() & before.keys() if after[g] != before[g]
+            ),
             failed=sorted(set(out.get("failed") or [])),
             errors=errors + list(out.get("errors") or []),
             usage=usage + Usage.sum(out.get("usages") or []),

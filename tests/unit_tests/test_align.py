@@ -110,6 +110,15 @@ def test_unalign_rederives_guideline_with_remaining_sources(
     assert "rederive" in responder.roles
 
 
+def test_same_rule_from_new_feedback_widens_provenance(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([fb("a", "Refund please, I'm upset", "Refunds take 5 days.", False, "Cold reply.")])
+    report = judge.align([fb("b", "My order is late", "It ships soon.", False, "cold reply")])
+    (g,) = judge.guidelines
+    assert report.guidelines_updated == [g.id] and not report.guidelines_added
+    assert g.source_ids == ("a", "b")
+
+
 def test_unalign_unknown_ids_is_an_error_and_removes_nothing(make_judge: Any) -> None:
     judge = make_judge()
     judge.align([SWEATER, HOURS])
