@@ -122,3 +122,24 @@ def test_judge_graph_as_subgraph(make_judge: Any) -> None:
     outer.add_edge("critique", END)
     out = outer.compile().invoke({"inputs": "I was charged twice and I'm frustrated!"})
     assert out["result"]["score"] is False and out["log"] == ["drafted"]
+
+
+def test_mustache_instructions_fill_and_embed_the_inputs(
+    make_judge: Any, model: Any, embeddings: Any
+) -> None:
+    judge = make_judge(instructions="Question: {{ inputs }}\nAnswer: {{outputs}}")
+    inputs = {"question": "What are your hours?"}
+    judge.align([HOURS.model_copy(update={"inputs": inputs})])
+    assert embeddings.texts[0] == "What are your hours?"  # the inputs, not the template
+    judge.invoke({"inputs": inputs, "outputs": "9 to 5"})
+    assert embeddings.texts[-1] == "What are your hours?"
+    case = model.calls[-1][1].content.split("<case>")[1]
+    assert "Question: What are your hours?\nAnswer: 9 to 5" in case and "{{" not in case
+
+
+def test_unmentioned_case_parts_are_appended(make_judge: Any, model: Any) -> None:
+    make_judge(instructions="Is the answer correct?").invoke(
+        {"inputs": "2+2?", "outputs": "4", "reference_outputs": "4"}
+    )
+    case = model.calls[-1][1].content
+    assert "Inputs:\n2+2?" in case and "Outputs:\n4" in case and "Reference outputs:\n4" in case
