@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from langchain_memalign.scale import Scale
 
@@ -46,3 +46,8 @@ class JudgeConfig(BaseModel):
     max_retries: int = Field(
         default=2, ge=0, description="Retries when a model returns malformed output."
     )
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _scale_from_spec(cls, v: Any) -> Scale:
+        return Scale.of(v)

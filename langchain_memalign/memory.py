@@ -52,12 +52,7 @@ class JudgeMemory:
             store.set_meta("config", config.model_dump(mode="json"))
             store.set_meta("embeddings", embeddings_fingerprint(embeddings))
         else:
-            old = JudgeConfig.model_validate(stored)
-            if (old.name, old.scale) != (config.name, config.scale):
-                raise MemoryFormatError(
-                    f"{folder}: holds the memory of judge {old.name!r} on scale "
-                    f"{old.scale.kind}; open it with MemAlignJudge.load or use another folder"
-                )
+            _check_identity(JudgeConfig.model_validate(stored), config, folder)
             store.set_meta("config", config.model_dump(mode="json"))
         memory = cls(store, embeddings, config)
         memory._check_embeddings()
@@ -73,7 +68,9 @@ class JudgeMemory:
         stored = store.get_meta("config")
         if stored is None:
             raise MemoryFormatError(f"{folder}: memory has no judge configuration")
+        old = JudgeConfig.model_validate(stored)
         config = JudgeConfig.model_validate({**stored, **overrides})
+        _check_identity(old, config, folder)
         memory = cls(store, embeddings, config)
         memory._check_embeddings()
         memory.reload()
@@ -122,7 +119,9 @@ class JudgeMemory:
         with self.write_lock:
             if self.store.folder is None or target.resolve() != self.store.folder.resolve():
                 self.store.backup_to(target)
-            if len(self.index):
+            if not len(self.index):
+                (target / INDEX_FILE).unlink(missing_ok=True)
+            else:
                 write_atomic(target / INDEX_FILE, self.index.write)
                 # Stamp the copy (not only this store) so a load can trust the cache.
                 copy = MemoryStore.open(target)
@@ -213,3 +212,18 @@ class JudgeMemory:
         """Re-read guidelines after a committed write."""
         guidelines, vectors = self.store.load_guidelines()
         self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
+
+
+# What a stored memory is: changing these would make its guidelines or its
+# vectors mean something else, so they cannot change on reopening.
+_IDENTITY = ("name", "scale", "embed", "embed_max_chars")
+
+
+def _check_identity(old: JudgeConfig, new: JudgeConfig, folder: Any) -> None:
+    changed = [f for f in _IDENTITY if getattr(old, f) != getattr(new, f)]
+    if changed:
+        raise MemoryFormatError(
+            f"{folder}: holds the memory of judge {old.name!r} ({old.scale.kind} scale); "
+            f"it cannot be reopened with a different {', '.join(changed)}. Open it with "
+            "MemAlignJudge.load, or use another folder."
+        )
