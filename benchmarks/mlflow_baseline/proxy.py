@@ -8,7 +8,7 @@ base URL for chat and embeddings. This proxy listens on loopback only and forwar
 
 and counts what passes through. Standard library only.
 
-    python proxy.py --port 8014 [--stats-file stats.json]
+    python proxy.py --port 8014 [--stats-file stats.json] [--dump-dir DIR --dump-max 200]
 
     GET  /stats        -> JSON counters (see `Stats.snapshot`)
     POST /stats/reset  -> zero the counters, returns the snapshot taken before the reset
@@ -71,6 +71,7 @@ class Stats:
             self.chat_seconds = 0.0
             self.prompt_tokens = 0
             self.completion_tokens = 0
+            self.cached_prompt_tokens = 0
             self.embedding_calls = 0
             self.embedding_errors = 0
             self.embedding_inputs = 0
@@ -91,6 +92,7 @@ class Stats:
                 "chat_seconds": round(self.chat_seconds, 3),
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens,
+                "cached_prompt_tokens": self.cached_prompt_tokens,
                 "embedding_calls": self.embedding_calls,
                 "embedding_errors": self.embedding_errors,
                 "embedding_inputs": self.embedding_inputs,
@@ -116,6 +118,9 @@ class Proxy:
         self.max_body = args.max_body
         self.emb_max_tokens = args.emb_max_tokens
         self.stats_file = args.stats_file
+        self.dump_dir = args.dump_dir
+        self.dump_max = args.dump_max
+        self._dumped = 0
         self.stats = Stats()
         self.slots = threading.BoundedSemaphore(args.max_concurrent)
         self._file_lock = threading.Lock()
@@ -158,6 +163,31 @@ class Proxy:
         while len(cut) > 1 and self.count_tokens(cut) > limit:
             cut = cut[: max(1, int(len(cut) * 0.95))]
         return cut, True
+
+    def dump(self, path: str, request: bytes, status: int, response: bytes) -> None:
+        """Keep the first --dump-max request/response pairs as JSON files (for reading)."""
+        if not self.dump_dir:
+            return
+        with self._file_lock:
+            if self._dumped >= self.dump_max:
+                return
+            self._dumped += 1
+            n = self._dumped
+        def as_json(b: bytes) -> Any:
+            try:
+                return json.loads(b)
+            except Exception:
+                return b[:10000].decode("utf-8", "replace")
+        req = as_json(request)
+        resp = as_json(response)
+        if isinstance(resp, dict):  # embeddings are long and unreadable: keep the shape only
+            for d in resp.get("data") or []:
+                if isinstance(d, dict) and isinstance(d.get("embedding"), list):
+                    d["embedding"] = f"<{len(d['embedding'])} floats>"
+        os.makedirs(self.dump_dir, exist_ok=True)
+        name = os.path.join(self.dump_dir, f"{n:04d}_{path.strip('/').replace('/', '_')}.json")
+        with open(name, "w") as fh:
+            json.dump({"path": path, "request": req, "status": status, "response": resp}, fh, indent=1)
 
     def write_stats_file(self) -> None:
         if not self.stats_file:
@@ -277,9 +307,12 @@ def make_handler(proxy: Proxy):
                     st.chat_seconds += dt
                     st.prompt_tokens += int(usage.get("prompt_tokens") or 0)
                     st.completion_tokens += int(usage.get("completion_tokens") or 0)
+                    details = usage.get("prompt_tokens_details") or {}
+                    st.cached_prompt_tokens += int(details.get("cached_tokens") or 0)
                 else:
                     st.other_calls += 1
             proxy.write_stats_file()
+            proxy.dump(bare, body, status, data)
             try:
                 self._send(status, data, rheaders)
             except (BrokenPipeError, ConnectionResetError):
@@ -306,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--embeddings", default="http://127.0.0.1:8012")
     ap.add_argument("--emb-max-tokens", type=int, default=254)
     ap.add_argument("--stats-file", default=None)
+    ap.add_argument("--dump-dir", default=None, help="write the first --dump-max exchanges here")
+    ap.add_argument("--dump-max", type=int, default=200)
     ap.add_argument("--max-body", type=int, default=8 * 1024 * 1024)
     ap.add_argument("--max-concurrent", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=600.0)

@@ -104,6 +104,7 @@ def configure_env(args: argparse.Namespace, workdir: str) -> None:
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # no network fetch of the price map
     os.environ["DSPY_CACHEDIR"] = os.path.join(workdir, "dspy_cache")
     os.environ.setdefault("MLFLOW_GENAI_OPTIMIZE_MAX_WORKERS", "2")  # server has 2 slots
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline
 
 
 def proxy_stats(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,6 +114,7 @@ def proxy_stats(args: argparse.Namespace) -> dict[str, Any]:
 
 COUNTERS = (
     "chat_calls", "chat_errors", "chat_seconds", "prompt_tokens", "completion_tokens",
+    "cached_prompt_tokens",
     "embedding_calls", "embedding_errors", "embedding_inputs", "embedding_prompt_tokens",
     "embedding_seconds", "embedding_truncated_inputs", "tokenize_calls",
 )
@@ -167,7 +169,11 @@ def log_train_traces(cases: list[dict[str, Any]], judge_name: str) -> list[Any]:
             span.set_inputs(case["inputs"])
             span.set_outputs(case["outputs"])
             span.set_attribute("case_id", case["id"])
-            trace_id = span.trace_id
+            ids.append((case, span.trace_id))
+    # traces are exported asynchronously; they must be in the store before feedback
+    if hasattr(mlflow, "flush_trace_async_logging"):
+        mlflow.flush_trace_async_logging()
+    for case, trace_id in ids:
         mlflow.log_feedback(
             trace_id=trace_id,
             name=judge_name,
@@ -175,9 +181,6 @@ def log_train_traces(cases: list[dict[str, Any]], judge_name: str) -> list[Any]:
             rationale=case.get("feedback") or None,
             source=AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="dataset"),
         )
-        ids.append((case["id"], trace_id))
-    if hasattr(mlflow, "flush_trace_async_logging"):
-        mlflow.flush_trace_async_logging()
     traces = []
     for _, tid in ids:
         t = mlflow.get_trace(tid)
@@ -216,6 +219,7 @@ def judge_cases(judge: Any, cases: list[dict[str, Any]], kind: str, args: argpar
             "chat_calls": d["chat_calls"],
             "prompt_tokens": d["prompt_tokens"],
             "completion_tokens": d["completion_tokens"],
+            "cached_prompt_tokens": d["cached_prompt_tokens"],
             "embedding_calls": d["embedding_calls"],
             "embedding_inputs": d["embedding_inputs"],
         }
@@ -395,6 +399,15 @@ def main(argv: list[str] | None = None) -> int:
         j3, probe["realign_unchanged"] = timed(args, j2.align, traces=traces, optimizer=optimizer)
         probe["realign_unchanged"]["returned_same_object"] = j3 is j2
         result["incremental_probe"] = probe
+
+    # What the aligned judge's prompt looked like for the first test case (rebuilt from the
+    # retrieved trace ids recorded above: no extra model call).
+    if test and result["aligned"][0]["retrieved_trace_ids"] is not None:
+        by_tid = {getattr(ex, "_trace_id", None): ex for ex in aligned._episodic_memory}
+        exs = [by_tid[t] for t in result["aligned"][0]["retrieved_trace_ids"] if t in by_tid]
+        result["aligned_instructions_first_test_case"] = aligned._build_augmented_instructions(
+            [g.guideline_text for g in aligned._semantic_memory], exs
+        )
 
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=1, default=str)
