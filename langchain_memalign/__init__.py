@@ -5,6 +5,7 @@ reports, the scale, the memory records and the errors.
 """
 
 from langchain_memalign.config import JudgeConfig
+from langchain_memalign.critique import CritiqueState, SelfCritique
 from langchain_memalign.episodic import Episode
 from langchain_memalign.errors import (
     EmbeddingMismatchError,
@@ -23,6 +24,7 @@ from langchain_memalign.semantic import Guideline
 
 __all__ = [
     "AlignReport",
+    "CritiqueState",
     "EmbeddingMismatchError",
     "Episode",
     "Feedback",
@@ -35,6 +37,7 @@ __all__ = [
     "MemoryFormatError",
     "ReflectionError",
     "Scale",
+    "SelfCritique",
     "UnalignReport",
     "UnknownFeedbackError",
     "Usage",

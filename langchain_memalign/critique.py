@@ -359,8 +359,11 @@ class SelfCritique:
             state: The agent's final state (or its `CritiqueState`).
             id: A stable feedback id (e.g. the ticket id).
             value: The reviewer's score; `None` confirms the judge's score.
-            rationale: Why; when the reviewer confirms without one, the judge's
-                own rationale is kept.
+            rationale: Why. Without one the feedback is remembered as an episode
+                (the case with its verdict) but teaches no guideline; the judge's
+                own rationale is not reused, so the judge does not distill rules
+                from its own reasoning. To endorse it, pass
+                `rationale=state["critique"]["result"]["comment"]`.
             annotator: Who reviewed.
             metadata: Anything else to keep; the judge's score and whether the
                 reviewer confirmed it are added.
@@ -376,7 +379,7 @@ class SelfCritique:
             outputs=case.get("outputs"),
             reference_outputs=case.get("reference_outputs"),
             value=value,
-            rationale=rationale or (result.get("comment") if confirmed else None),
+            rationale=rationale,
             annotator=annotator,
             metadata={
                 "source": "self_critique",

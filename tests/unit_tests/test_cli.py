@@ -1,0 +1,747 @@
+"""The `memalign` command, run in process with scripted models."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
+
+from langchain_memalign.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    TEMPLATE,
+    CLIError,
+    JudgeFile,
+    Models,
+    Progress,
+    ascii_curve,
+    build_parser,
+    default_models,
+    main,
+    memory_summary,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONFIG = '''\
+name = "helpfulness"
+scale = "bool"
+instructions = """Is this support reply helpful?
+Customer: {inputs}
+Reply: {outputs}"""
+model = "openai:gpt-4.1-mini"
+embeddings = "openai:text-embedding-3-small"
+memory = "mem"
+k = 3
+'''
+
+
+def empathy_rule(case: str, memory: str) -> dict[str, Any]:
+    rude = any(w in case.lower() for w in ("yourself", "whatever", "don't care"))
+    upset = any(w in case.lower() for w in ("frustrated", "disappointed"))
+    if rude or ("acknowledge" in memory.lower() and upset and "sorry" not in case.lower()):
+        return {"rationale": "Unhelpful.", "score": False}
+    return {"rationale": "Helpful.", "score": True}
+
+
+FEEDBACK = [
+    {
+        "id": "hours",
+        "inputs": "What are your store hours?",
+        "outputs": "9am to 6pm, Monday to Saturday.",
+        "value": True,
+        "rationale": "Direct and complete.",
+    },
+    {
+        "id": "rude",
+        "inputs": "How do I reset my password?",
+        "outputs": "Figure it out yourself.",
+        "value": False,
+        "rationale": "Dismissive.",
+        "annotator": "ana",
+    },
+    {
+        "id": "sweater",
+        "inputs": "The sweater looks different from the website. I'm disappointed.",
+        "outputs": "Colors vary by monitor. Returns within 30 days.",
+        "value": False,
+        "rationale": "Correct but cold: acknowledge the customer's disappointment first.",
+    },
+]
+
+TEST = [
+    {"id": "t1", "inputs": "Do you gift wrap?", "outputs": "Yes, for $5.", "value": True},
+    {"id": "t2", "inputs": "My package is late.", "outputs": "Whatever.", "value": False},
+    {
+        "id": "t3",
+        "inputs": "I was charged twice and I'm frustrated!",
+        "outputs": "Refunds take 5-7 days.",
+        "value": False,
+        "rationale": "Cold.",
+    },
+    {
+        "id": "t4",
+        "inputs": "I'm disappointed with the fit.",
+        "outputs": "I'm so sorry! Exchanges are free.",
+        "value": True,
+    },
+]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+class Env:
+    """A judge file in a temporary folder and a runner with scripted models."""
+
+    def __init__(self, tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.tmp = tmp
+        self.capsys = capsys
+        self.config = tmp / "judge.toml"
+        self.config.write_text(CONFIG)
+        self.responder = RoleResponder(empathy_rule)
+        self.model = ScriptedChatModel(responder=self.responder)
+        self.embeddings = HashEmbeddings()
+        self.built: list[JudgeFile] = []
+        self.feedback = write_jsonl(tmp / "feedback.jsonl", FEEDBACK)
+        self.test = write_jsonl(tmp / "test.jsonl", TEST)
+
+    def factory(self, cfg: JudgeFile) -> Models:
+        self.built.append(cfg)
+        return Models(self.model, self.embeddings)
+
+    def run(self, *argv: str, models: Any = "scripted") -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        factory = self.factory if models == "scripted" else models
+        args = [*argv]
+        if "--template" not in argv:
+            args += ["-c", str(self.config)]
+        code = main(args, models=factory)
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def created(self) -> Env:
+        assert self.run("create")[0] == EXIT_OK
+        return self
+
+
+@pytest.fixture
+def env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Env:
+    return Env(tmp_path, capsys)
+
+
+# -- help --------------------------------------------------------------------------------------
+
+
+def test_help_teaches_the_workflow(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "Workflow:" in out and "memalign align -c judge.toml train.jsonl" in out
+    for command in ("create", "align", "judge", "evaluate", "unalign", "show", "curve"):
+        assert command in out
+
+
+@pytest.mark.parametrize(
+    "command", ["create", "align", "judge", "evaluate", "unalign", "show", "curve"]
+)
+def test_every_command_has_help_with_an_example(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--help"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "Example" in out and "--config" in out
+
+
+def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == EXIT_USAGE
+    assert "Workflow:" in capsys.readouterr().err
+
+
+def test_bad_arguments_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["align", "--batch-size", "0"]) == EXIT_USAGE
+    assert "must be at least 1" in capsys.readouterr().err
+    assert main(["curve", "x.jsonl", "--shards", "a,b"]) == EXIT_USAGE
+
+
+# -- create ------------------------------------------------------------------------------------
+
+
+def test_template_is_a_valid_judge_file(env: Env, tmp_path: Path) -> None:
+    code, out, _ = env.run("create", "--template")
+    assert code == EXIT_OK and out == TEMPLATE
+    path = tmp_path / "t.toml"
+    path.write_text(out)
+    cfg = JudgeFile.read(path)
+    assert cfg.name == "helpfulness" and cfg.scale.kind == "bool" and "{inputs}" in cfg.prompt()
+    assert cfg.memory_path() == tmp_path / "memalign_memory/helpfulness"
+
+
+def test_create_then_update(env: Env) -> None:
+    code, out, _ = env.run("create")
+    assert code == EXIT_OK and "Created judge 'helpfulness'" in out
+    assert (env.tmp / "mem" / "memory.sqlite").is_file()  # relative to the judge file
+    env.config.write_text(CONFIG.replace("k = 3", "k = 4"))
+    code, out, _ = env.run("create")
+    assert code == EXIT_OK and "Updated the configuration" in out
+    assert memory_summary(env.tmp / "mem")["config"]["k"] == 4
+
+
+def test_create_refuses_a_memory_of_another_judge(env: Env) -> None:
+    env.created()
+    env.config.write_text(CONFIG.replace('scale = "bool"', "scale = [1, 5]"))
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE and "holds the memory of judge 'helpfulness'" in err
+
+
+def test_commands_need_a_created_memory(env: Env) -> None:
+    code, _, err = env.run("align", env.feedback)
+    assert code == EXIT_USAGE and "create it first: memalign create" in err
+
+
+# -- align -------------------------------------------------------------------------------------
+
+
+def test_align_then_show_guidelines_with_sources(env: Env) -> None:
+    env.created()
+    code, out, _ = env.run("align", env.feedback)
+    assert code == EXIT_OK
+    assert "3 added, 0 updated, 0 unchanged" in out and "now 3" in out
+    code, out, _ = env.run("show")
+    assert code == EXIT_OK
+    assert "Rule: Dismissive." in out and "<- rude" in out
+    assert "3 feedback, 3 episodes, 3 guidelines" in out
+    assert "align: feedback hours, rude, sweater" in out
+
+
+def test_aligning_again_changes_nothing(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    calls = len(env.model.calls)
+    code, out, _ = env.run("align", env.feedback, "--json")
+    report = json.loads(out)["files"]
+    assert code == EXIT_OK and sorted(report["unchanged"]) == ["hours", "rude", "sweater"]
+    assert len(env.model.calls) == calls
+
+
+def test_align_in_batches_with_a_progress_bar(env: Env) -> None:
+    env.created()
+    code, out, err = env.run("align", env.feedback, "--batch-size", "2", "--progress")
+    assert code == EXIT_OK and "3 added" in out
+    assert "aligning [" in err and "3/3 100%" in err
+
+
+def test_align_reads_the_shared_dataset_format(env: Env) -> None:
+    env.created()
+    rows = [
+        {"id": "d1", "inputs": {"q": "hi"}, "outputs": "hello", "label": "PASS",
+         "feedback": "Friendly.", "reference": None},
+    ]  # fmt: skip
+    path = write_jsonl(env.tmp / "shared.jsonl", rows)
+    code, out, _ = env.run("align", path)
+    assert code == EXIT_OK and "1 added" in out
+    assert memory_summary(env.tmp / "mem")["guidelines"][0]["source_ids"] == ["d1"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"id": "a", "inputs": "x", "value": true}\n{not json}\n', "bad.jsonl:2: not valid JSON"),
+        ('{"id": "a", "inputs": "x", "value": "maybe"}\n', "bad.jsonl:1: feedback 'a': value"),
+        ('{"id": "a", "inputs": "x"}\n', "bad.jsonl:1: no 'value'"),
+        ('{"id": "", "inputs": "x", "value": true}\n', "bad.jsonl:1: invalid feedback: id"),
+        ("[1, 2]\n", "bad.jsonl:1: expected a JSON object"),
+        (
+            '{"id": "a", "inputs": "x", "value": true}\n\n{"id": "a", "inputs": "y", "value": 0}\n',
+            "bad.jsonl:3: feedback id 'a' already used on line 1",
+        ),
+    ],
+)
+def test_bad_feedback_files_name_the_line_and_change_nothing(
+    env: Env, content: str, message: str
+) -> None:
+    env.created()
+    (env.tmp / "bad.jsonl").write_text(content)
+    code, _, err = env.run("align", str(env.tmp / "bad.jsonl"))
+    assert code == EXIT_USAGE and message in err
+    assert memory_summary(env.tmp / "mem")["counts"]["feedback"] == 0
+
+
+def test_align_needs_feedback_and_a_readable_file(env: Env) -> None:
+    env.created()
+    assert "give feedback" in env.run("align")[2]
+    code, _, err = env.run("align", str(env.tmp / "missing.jsonl"))
+    assert code == EXIT_USAGE and "cannot read" in err and "missing.jsonl" in err
+
+
+def test_align_from_stdin(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    env.created()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(FEEDBACK[0]) + "\n"))
+    code, out, _ = env.run("align", "-")
+    assert code == EXIT_OK and "1 added" in out
+
+
+def test_failed_reflection_exits_1_and_is_retried(env: Env) -> None:
+    env.created()
+    env.responder.fail_reflect = True
+    code, _, err = env.run("align", env.feedback)
+    assert code == EXIT_FAILED and "Reflection failed for 3 item(s)" in err
+    assert "retried by the next align" in err
+    env.responder.fail_reflect = False
+    code, out, _ = env.run("align", env.feedback)
+    assert code == EXIT_OK and "Guidelines: 3 added" in out
+
+
+@pytest.fixture
+def langsmith(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The fake LangSmith server, with the environment pointing every client at it."""
+    from langsmith_server import LangSmithTestServer
+
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANGSMITH_TRACING", "false")
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+    with LangSmithTestServer() as server:
+        monkeypatch.setenv("LANGSMITH_ENDPOINT", server.url)
+        monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+        yield server
+
+
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_align_syncs_human_feedback_from_a_langsmith_project(env: Env, langsmith: Any) -> None:
+    from langsmith import Client
+
+    client = Client(api_url=langsmith.url, api_key="test", auto_batch_tracing=False)
+    project = client.create_project("support-bot")
+    run_id = uuid.uuid4()
+    client.create_run(
+        "agent",
+        {"question": "The sweater looks different. I'm disappointed."},
+        "chain",
+        id=run_id,
+        project_name="support-bot",
+        outputs={"answer": "Colors vary by monitor."},
+    )
+    review = client.create_feedback(
+        run_id,
+        "helpfulness",
+        score=0,
+        comment="Cold: acknowledge the disappointment first.",
+        session_id=project.id,
+    )
+    client.create_feedback(run_id, "other", score=1, comment="Not its key.", session_id=project.id)
+    env.created()
+    code, out, err = env.run("align", "--langsmith-project", "support-bot")
+    assert code == EXIT_OK, err
+    assert "1 human review(s) and correction(s) found; 1 added" in out
+    guidelines = memory_summary(env.tmp / "mem")["guidelines"]
+    assert guidelines[0]["source_ids"] == [f"langsmith:{review.id}"]
+    # Incremental: nothing new, no model call.
+    calls = len(env.model.calls)
+    code, out, _ = env.run("align", "--langsmith-project", "support-bot", "--json")
+    report = json.loads(out)["langsmith"]
+    assert code == EXIT_OK and report["aligned"] == [] and len(env.model.calls) == calls
+    # A review deleted in LangSmith is unaligned.
+    client.delete_feedback(review.id)
+    code, out, _ = env.run("align", "--langsmith-project", "support-bot")
+    assert code == EXIT_OK and "1 unaligned" in out
+    assert memory_summary(env.tmp / "mem")["counts"]["feedback"] == 0
+
+
+def test_align_from_an_unknown_langsmith_project(env: Env, langsmith: Any) -> None:
+    env.created()
+    code, _, err = env.run("align", "--langsmith-project", "nope")
+    assert code == EXIT_FAILED and "cannot sync feedback from LangSmith project 'nope'" in err
+    code, _, err = env.run("align", "--langsmith-project", "a", "--langsmith-experiment", "b")
+    assert code == EXIT_USAGE and "not both" in err
+
+
+# -- judge -------------------------------------------------------------------------------------
+
+
+def test_judge_one_case(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    code, out, _ = env.run(
+        "judge", "--inputs", "I'm frustrated, I was charged twice!", "--outputs", "Wait 5 days."
+    )
+    result = json.loads(out)
+    assert code == EXIT_OK and result["id"] == "case" and result["score"] is False
+    assert result["key"] == "helpfulness" and result["metadata"]["guideline_ids"]
+
+
+def test_judge_json_values(env: Env) -> None:
+    env.created()
+    code, out, _ = env.run(
+        "judge", "--json-values", "--inputs", '{"q": "hi"}', "--outputs", '"hello"'
+    )
+    assert code == EXIT_OK and json.loads(out)["score"] is True
+    code, _, err = env.run("judge", "--json-values", "--inputs", "{oops")
+    assert code == EXIT_USAGE and "--inputs: not valid JSON" in err
+
+
+def test_judge_a_file_to_an_output_file(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    out_path = env.tmp / "results.jsonl"
+    code, out, err = env.run("judge", env.test, "-o", str(out_path), "--batch-size", "3")
+    assert code == EXIT_OK and out == ""
+    rows = [json.loads(line) for line in out_path.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["t1", "t2", "t3", "t4"]
+    assert [r["score"] for r in rows] == [True, False, False, True]
+    assert "Judged 4 case(s)" in err and "True: 2, False: 2" in err
+
+
+def test_judge_needs_a_case(env: Env) -> None:
+    env.created()
+    assert "give a case to judge" in env.run("judge")[2]
+    assert "not both" in env.run("judge", env.test, "--inputs", "x")[2]
+    (env.tmp / "c.jsonl").write_text('{"outputs": "x"}\n')
+    assert "c.jsonl:1: a case needs 'inputs'" in env.run("judge", str(env.tmp / "c.jsonl"))[2]
+
+
+def test_failed_judgments_are_reported_per_case(env: Env) -> None:
+    env.created()
+    env.responder.judge_rule = lambda case, memory: (
+        RuntimeError("model down") if "late" in case else {"rationale": "ok", "score": True}
+    )
+    code, out, err = env.run("judge", env.test)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == EXIT_FAILED
+    assert rows[1] == {"id": "t2", "error": "RuntimeError: model down"}
+    assert rows[0]["score"] is True and "1 judgment(s) failed" in err
+
+
+# -- evaluate ----------------------------------------------------------------------------------
+
+
+def test_evaluate_before_and_after_alignment(env: Env) -> None:
+    env.created()
+    code, out, _ = env.run("evaluate", env.test)
+    assert code == EXIT_OK and "accuracy        75.0%" in out
+    assert "disagreements (1, first 5)" in out and "t3: human False, judge True" in out
+    assert "human: Cold." in out
+    env.run("align", env.feedback)
+    code, out, _ = env.run("evaluate", env.test, "--json")
+    summary = json.loads(out)
+    assert summary["accuracy"] == 1.0 and summary["n"] == 4 and summary["llm_calls"] == 4
+
+
+def test_evaluate_writes_the_full_report(env: Env) -> None:
+    env.created()
+    path = env.tmp / "report.json"
+    code, out, _ = env.run("evaluate", env.test, "--output", str(path), "--progress")
+    report = json.loads(path.read_text())
+    assert code == EXIT_OK and report["n"] == 4 and len(report["cases"]) == 4
+    assert report["confusion"]["labels"] == [False, True]
+    assert "confusion (rows: human, columns: judge)" in out
+
+
+# -- unalign -----------------------------------------------------------------------------------
+
+
+def test_unalign_removes_feedback_and_its_guidelines(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    code, out, _ = env.run("unalign", "sweater")
+    assert code == EXIT_OK and "Removed 1 feedback item(s)" in out
+    summary = memory_summary(env.tmp / "mem")
+    assert all("sweater" not in g["source_ids"] for g in summary["guidelines"])
+    assert summary["counts"]["feedback"] == 2
+
+
+def test_unalign_ids_from_a_file_and_json(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    (env.tmp / "ids.txt").write_text("hours\n\nrude\n")
+    code, out, _ = env.run("unalign", "--ids-file", str(env.tmp / "ids.txt"), "--json")
+    assert code == EXIT_OK and json.loads(out)["removed"] == ["hours", "rude"]
+
+
+def test_unalign_unknown_ids_removes_nothing(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    code, _, err = env.run("unalign", "sweater", "nope")
+    assert code == EXIT_USAGE and "unknown feedback id(s): 'nope'" in err
+    assert memory_summary(env.tmp / "mem")["counts"]["feedback"] == 3
+    assert "give the feedback ids" in env.run("unalign")[2]
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def test_show_needs_no_model(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def no_models(cfg: JudgeFile) -> Models:
+        raise AssertionError("show must not build models")
+
+    code, out, _ = env.run("show", "--feedback", "--history", "1", models=no_models)
+    assert code == EXIT_OK and "History (latest 1 of" in out
+    assert "rude: False by ana  Dismissive." in out
+    # Only a memory folder, no judge file at all:
+    env.capsys.readouterr()
+    code = main(["show", "--memory", str(env.tmp / "mem"), "--json", "--history", "-1"])
+    info = json.loads(env.capsys.readouterr().out)
+    assert code == EXIT_OK and info["config"]["name"] == "helpfulness"
+    assert info["counts"] == {"feedback": 3, "episodes": 3, "guidelines": 3, "history": 1}
+    assert {g["source_ids"][0] for g in info["guidelines"]} == {"hours", "rude", "sweater"}
+    assert info["embeddings"].startswith("fakes.HashEmbeddings")
+
+
+def test_show_an_empty_or_missing_memory(env: Env) -> None:
+    env.created()
+    code, out, _ = env.run("show", "--history", "0")
+    assert code == EXIT_OK and "(none yet" in out and "History" not in out
+    code, _, err = env.run("show", "--memory", str(env.tmp / "nothing"))
+    assert code == EXIT_USAGE and "no MemAlign memory here" in err
+
+
+# -- curve -------------------------------------------------------------------------------------
+
+
+def test_curve_draws_agreement_as_feedback_grows(env: Env) -> None:
+    env.created()
+    out_json = env.tmp / "curve.json"
+    code, out, err = env.run(
+        "curve", env.feedback, "--test-file", env.test, "--shards", "0,3",
+        "--output", str(out_json), "--progress", "--no-seen",
+    )  # fmt: skip
+    assert code == EXIT_OK, err
+    assert "learning curve [" in err and "2/2" in err
+    lines = out.splitlines()
+    assert "accuracy on 4 test case(s)" in lines[0]
+    assert re.search(r"^\s+0\s+0\.750\s+#+\.+$", out, re.MULTILINE)
+    assert re.search(r"^\s+3\s+1\.000\s+#{40}$", out, re.MULTILINE)
+    curve = json.loads(out_json.read_text())
+    assert curve["shards"] == [0, 3] and curve["n_test"] == 4
+    # The judge's own memory folder is not touched.
+    assert memory_summary(env.tmp / "mem")["counts"]["feedback"] == 0
+
+
+def test_curve_splits_one_file_by_default(env: Env) -> None:
+    rows = FEEDBACK + TEST
+    path = write_jsonl(env.tmp / "all.jsonl", rows)
+    code, out, _ = env.run("curve", path, "--json", "--seeds", "0,1")
+    curve = json.loads(out)
+    assert code == EXIT_OK and curve["n_train"] == 3 and curve["n_test"] == 4
+    assert curve["shards"] == [0, 2, 3] and curve["seeds"] == [0, 1]
+    assert len(curve["stages"]) == 6
+
+
+def test_curve_needs_enough_cases(env: Env) -> None:
+    path = write_jsonl(env.tmp / "one.jsonl", FEEDBACK[:1])
+    code, _, err = env.run("curve", path)
+    assert code == EXIT_USAGE and "too few labelled cases" in err
+
+
+def test_ascii_curve() -> None:
+    text = ascii_curve({0: 0.5, 10: 1.0, 20: float("nan")}, width=10)
+    assert text.splitlines() == [
+        "  feedback   accuracy",
+        "         0      0.500  #####.....",
+        "        10      1.000  ##########",
+        "        20        n/a",
+    ]
+
+
+# -- judge files and models --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (CONFIG + "colour = 'red'\n", "colour: unknown key (known keys: name, instructions"),
+        (CONFIG.replace('scale = "bool"', 'scale = "sometimes"'), "scale: Value error"),
+        (CONFIG.replace("k = 3", "k = -1"), None),
+        ('name = "x"\n', "`instructions` (the judge prompt) is required"),
+        ("name = \n", "invalid TOML"),
+        (CONFIG.replace('name = "helpfulness"\n', ""), "name: Field required"),
+    ],
+)
+def test_judge_file_errors_are_clear(env: Env, content: str, message: str | None) -> None:
+    env.config.write_text(content)
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE, err
+    assert err.startswith("memalign: error: ")
+    if message:
+        assert message in err
+
+
+def test_missing_judge_file_says_how_to_start(env: Env) -> None:
+    env.capsys.readouterr()
+    code = main(["create", "-c", str(env.tmp / "nope.toml")], models=env.factory)
+    err = env.capsys.readouterr().err
+    assert code == EXIT_USAGE and "memalign create --template" in err
+
+
+def test_yaml_judge_file_with_instructions_file(env: Env) -> None:
+    (env.tmp / "prompt.txt").write_text("Helpful?\n{inputs}\n{outputs}")
+    path = env.tmp / "judge.yaml"
+    path.write_text(
+        "name: tone\nscale: [Excellent, Acceptable, Bad]\ninstructions_file: prompt.txt\n"
+        "model: openai:gpt-4.1-mini\nembeddings: openai:text-embedding-3-small\n"
+    )
+    cfg = JudgeFile.read(path)
+    assert cfg.scale.choices == ("Excellent", "Acceptable", "Bad")
+    assert (
+        cfg.prompt().startswith("Helpful?")
+        and cfg.memory_path() == env.tmp / "memalign_memory/tone"
+    )
+    env.capsys.readouterr()
+    assert main(["create", "-c", str(path)], models=env.factory) == EXIT_OK
+    assert env.built[-1].name == "tone"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(CLIError, match="invalid YAML"):
+        JudgeFile.read(path)
+
+
+def test_json_judge_file_and_both_instruction_sources(tmp_path: Path) -> None:
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps({"name": "x", "instructions": "a", "instructions_file": "b"}))
+    with pytest.raises(CLIError, match="not both"):
+        JudgeFile.read(path).prompt()
+    path.write_text(json.dumps({"name": "x", "instructions_file": "missing.txt"}))
+    with pytest.raises(CLIError, match="cannot read instructions_file"):
+        JudgeFile.read(path).prompt()
+
+
+def test_default_models_on_an_openai_compatible_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "judge.toml"
+    path.write_text(
+        CONFIG.replace("openai:gpt-4.1-mini", "local")
+        + 'base_url = "http://127.0.0.1:8013/v1"\n'
+        + 'embeddings_base_url = "http://127.0.0.1:8012/v1"\n'
+        + 'reflection_model = "openai:bigger"\n'
+    )
+    models = default_models(JudgeFile.read(path))
+    assert models.chat.model_name == "local"  # type: ignore[attr-defined]
+    assert str(models.chat.openai_api_base) == "http://127.0.0.1:8013/v1"  # type: ignore[attr-defined]
+    assert models.embeddings.openai_api_base == "http://127.0.0.1:8012/v1"  # type: ignore[attr-defined]
+    assert models.reflection is not None
+    assert models.reflection.model_name == "bigger"  # type: ignore[attr-defined]
+
+
+def test_default_models_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "judge.toml"
+    path.write_text(CONFIG)
+    with pytest.raises(CLIError, match="Set OPENAI_API_KEY, or base_url"):
+        default_models(JudgeFile.read(path))
+    path.write_text(CONFIG.replace('model = "openai:gpt-4.1-mini"\n', ""))
+    with pytest.raises(CLIError, match="model not set"):
+        default_models(JudgeFile.read(path))
+    path.write_text(CONFIG + 'base_url = "http://x/v1"\n')
+    path.write_text(path.read_text().replace("openai:gpt-4.1-mini", "anthropic:claude"))
+    with pytest.raises(CLIError, match="OpenAI-compatible"):
+        default_models(JudgeFile.read(path))
+
+
+def test_models_hook_from_the_command_line(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_models.py").write_text(
+        "from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel\n"
+        "def build(cfg):\n"
+        "    return ScriptedChatModel(responder=RoleResponder()), HashEmbeddings()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env.capsys.readouterr()
+    argv = ["create", "-c", str(env.config), "--models", "my_models:build"]
+    assert main(argv) == EXIT_OK
+    assert main(["create", "-c", str(env.config), "--models", "my_models:nope"]) == EXIT_USAGE
+    assert "cannot import it" in env.capsys.readouterr().err
+    monkeypatch.setenv("MEMALIGN_MODELS", "my_models:build")
+    assert main(["create", "-c", str(env.config)]) == EXIT_OK
+
+
+def test_unexpected_errors_are_short_unless_debugging(env: Env) -> None:
+    env.created()
+
+    def broken(cfg: JudgeFile) -> Models:
+        raise RuntimeError("boom")
+
+    code, _, err = env.run("judge", "--inputs", "x", models=broken)
+    assert code == EXIT_FAILED and "RuntimeError: boom" in err and "--debug" in err
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["judge", "--inputs", "x", "-c", str(env.config), "--debug"], models=broken)
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    tty = Tty()
+    with Progress(4, "work", stream=tty) as bar:
+        bar.advance(2)
+        bar.advance(5)  # clamped
+    text = tty.getvalue()
+    assert "work [###############...............] 2/4 50%" in text
+    assert text.endswith("4/4 100% 0:00\n")
+    quiet = io.StringIO()
+    with Progress(4, "work", stream=quiet) as bar:
+        bar.advance()
+    assert quiet.getvalue() == ""
+    empty = Tty()
+    Progress(0, "none", stream=empty).close()
+    assert "0/0 100%" in empty.getvalue()
+
+
+# -- the docs stay in step with the parser -----------------------------------------------------
+
+
+def _options(parser: Any) -> tuple[dict[str, set[str]], set[str]]:
+    sub = next(a for a in parser._actions if a.dest == "command")
+    specific: dict[str, set[str]] = {}
+    common: set[str] = set()
+    for name, p in sub.choices.items():
+        shared = {
+            a.dest
+            for g in p._action_groups
+            if g.title == "common options"
+            for a in g._group_actions
+        }
+        for a in p._actions:
+            long = {o for o in a.option_strings if o.startswith("--") and o != "--help"}
+            (common if a.dest in shared else specific.setdefault(name, set())).update(long)
+    return specific, common
+
+
+def test_cli_reference_documents_every_command_and_option() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    specific, common = _options(build_parser())
+
+    def section(title: str) -> str:
+        parts = doc.split(f"\n## {title}\n")
+        assert len(parts) == 2, f"docs/cli.md has no section {title!r}"
+        return parts[1].split("\n## ")[0]
+
+    missing = sorted(o for o in common if f"`{o}" not in section("Common options"))
+    assert not missing, f"docs/cli.md: common options {missing} are not documented"
+    for command, options in specific.items():
+        body = section(f"`memalign {command}`")
+        missing = sorted(o for o in options if f"`{o}" not in body)
+        assert not missing, f"docs/cli.md: {command} does not document {missing}"
