@@ -25,6 +25,10 @@ from pydantic import BaseModel, ConfigDict
 
 _threads_configured = False
 _search_threads = 1
+# OpenMP's thread count is a per-thread setting: a search from a new Python
+# thread (LangGraph runs parallel nodes in fresh ones) would otherwise use
+# every core and spin-wait, costing tens of ms of CPU on a small machine.
+_thread_setting = threading.local()
 
 
 def configure_faiss_threads(n: int | None = None) -> None:
@@ -40,17 +44,24 @@ def configure_faiss_threads(n: int | None = None) -> None:
         env = os.environ.get("OMP_NUM_THREADS")
         n = int(env) if env and env.isdigit() else 1
     _search_threads = max(1, n)
-    faiss.omp_set_num_threads(_search_threads)
     _threads_configured = True
+    _apply_thread_setting()
+
+
+def _apply_thread_setting() -> None:
+    if getattr(_thread_setting, "n", None) != _search_threads:
+        faiss.omp_set_num_threads(_search_threads)
+        _thread_setting.n = _search_threads
 
 
 @contextmanager
 def _all_cores() -> Iterator[None]:
     faiss.omp_set_num_threads(os.cpu_count() or 1)
+    _thread_setting.n = None
     try:
         yield
     finally:
-        faiss.omp_set_num_threads(_search_threads)
+        _apply_thread_setting()
 
 
 class Episode(BaseModel):
@@ -198,6 +209,7 @@ class EpisodicIndex:
     def search(self, vector: Any, k: int) -> list[tuple[int, float]]:
         """Return up to `k` (id, cosine similarity) pairs, most similar first."""
         query = as_matrix(vector)
+        _apply_thread_setting()
         with self._lock:
             if self._index is None or len(self) == 0 or k <= 0:
                 return []
