@@ -28,6 +28,7 @@ from langgraph.types import Send
 from pydantic import BaseModel, Field, create_model
 
 from langchain_memalign._text import normalize
+from langchain_memalign._weak import weak_node
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory import JudgeMemory
 from langchain_memalign.prompts import consolidate_messages, rederive_messages, reflect_messages
@@ -383,12 +384,15 @@ def build_align_graph(
 ) -> CompiledStateGraph[AlignState, None, AlignState, AlignState]:
     """Compile the alignment graph for a memory and a reflection model."""
     nodes = AlignNodes(memory, model)
+    w = weak_node
     graph = StateGraph(AlignState)
-    graph.add_node("reflect", nodes.reflect, input_schema=ReflectInput)
-    graph.add_node("merge", nodes.merge)
-    graph.add_node("consolidate", nodes.consolidate)
-    graph.add_conditional_edges(START, nodes.route_batches, ["reflect", "merge"])
+    graph.add_node("reflect", w(nodes.reflect), input_schema=ReflectInput)
+    graph.add_node("merge", w(nodes.merge))
+    graph.add_node("consolidate", w(nodes.consolidate))
+    graph.add_conditional_edges(START, w(nodes.route_batches), ["reflect", "merge"])
     graph.add_edge("reflect", "merge")
-    graph.add_conditional_edges("merge", nodes.route_consolidation, ["consolidate", END])
+    graph.add_conditional_edges("merge", w(nodes.route_consolidation), ["consolidate", END])
     graph.add_edge("consolidate", END)
-    return graph.compile(name=name or f"{memory.config.name}_align")
+    compiled = graph.compile(name=name or f"{memory.config.name}_align")
+    compiled.memalign_nodes = nodes  # type: ignore[attr-defined]  # see _weak.py
+    return compiled

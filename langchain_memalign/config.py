@@ -43,6 +43,11 @@ class JudgeConfig(BaseModel):
         description="Episodes past which retrieval switches from an exact to an approximate "
         "(HNSW) index.",
     )  # fmt: skip
+    hnsw_ef_search: int = Field(
+        default=96, ge=1,
+        description="Breadth of an HNSW search: higher is more exact and slower "
+        "(recall@5 was 0.998 on 5k real MiniLM vectors at 96, 0.90 on 1M synthetic ones).",
+    )  # fmt: skip
     max_retries: int = Field(
         default=2, ge=0, description="Retries when a model returns malformed output."
     )

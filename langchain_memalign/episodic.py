@@ -245,9 +245,12 @@ class EpisodicIndex:
     def read(cls, path: str, **options: Any) -> EpisodicIndex:
         """Read an index written by `write`."""
         index = cls(**options)
-        raw = faiss.read_index(path)
+        raw: Any = faiss.read_index(path)
         index._index = raw
         index.dim = int(raw.d)
+        if index.kind == "hnsw":  # the file carries the efSearch it was saved with
+            inner: Any = faiss.downcast_index(raw.index)
+            inner.hnsw.efSearch = index.ef_search
         return index
 
     @classmethod

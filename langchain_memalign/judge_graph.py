@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from langchain_memalign._weak import weak_node
 from langchain_memalign.episodic import Episode
 from langchain_memalign.memory import JudgeMemory
 from langchain_memalign.prompts import judge_messages
@@ -131,17 +132,20 @@ def build_judge_graph(
 ) -> CompiledStateGraph[JudgeState, None, JudgeState, JudgeState]:
     """Compile the judgment graph for a memory and a chat model."""
     nodes = JudgeNodes(memory, model, rate_limiter)
+    w = weak_node
     graph = StateGraph(JudgeState)
-    graph.add_node("embed_case", RunnableLambda(nodes.embed_case, afunc=nodes.aembed_case))
-    graph.add_node("load_guidelines", nodes.load_guidelines)
+    graph.add_node("embed_case", RunnableLambda(w(nodes.embed_case), afunc=w(nodes.aembed_case)))
+    graph.add_node("load_guidelines", w(nodes.load_guidelines))
     graph.add_node(
         "retrieve_episodes",
-        RunnableLambda(nodes.retrieve_episodes, afunc=nodes.aretrieve_episodes),
+        RunnableLambda(w(nodes.retrieve_episodes), afunc=w(nodes.aretrieve_episodes)),
     )
-    graph.add_node("judge", RunnableLambda(nodes.judge, afunc=nodes.ajudge))
+    graph.add_node("judge", RunnableLambda(w(nodes.judge), afunc=w(nodes.ajudge)))
     graph.add_edge(START, "embed_case")
     graph.add_edge("embed_case", "load_guidelines")
     graph.add_edge("embed_case", "retrieve_episodes")
     graph.add_edge(["load_guidelines", "retrieve_episodes"], "judge")
     graph.add_edge("judge", END)
-    return graph.compile(name=name or f"{memory.config.name}_judge")
+    compiled = graph.compile(name=name or f"{memory.config.name}_judge")
+    compiled.memalign_nodes = nodes  # type: ignore[attr-defined]  # see _weak.py
+    return compiled

@@ -95,7 +95,10 @@ class JudgeMemory:
             self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
 
     def _index_options(self) -> dict[str, Any]:
-        return {"hnsw_threshold": self.config.hnsw_threshold}
+        return {
+            "hnsw_threshold": self.config.hnsw_threshold,
+            "ef_search": self.config.hnsw_ef_search,
+        }
 
     def _rebuild_index(self) -> EpisodicIndex:
         ids, vectors = self.store.all_vectors()

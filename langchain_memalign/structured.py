@@ -11,6 +11,7 @@ model with the validation error and retried, then raised as
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +31,10 @@ T = TypeVar("T", bound=BaseModel)
 
 def _supports_json_schema(model: BaseChatModel) -> bool:
     """OpenAI-compatible models that take `response_format={"type": "json_schema"}`."""
+    if "langchain_openai" not in sys.modules:
+        # Not imported, so the model cannot be one of its classes; importing it
+        # would only add seconds to the first judge of a process.
+        return False
     try:
         from langchain_openai.chat_models.base import BaseChatOpenAI
     except ImportError:  # pragma: no cover - langchain-openai is a dependency

@@ -79,3 +79,13 @@ def test_judge_memory_uses_hnsw_past_configured_size(make_judge: object) -> None
     assert "f3" not in hits["metadata"]["episode_ids"]
     judge.align([items[4].model_copy(update={"inputs": "changed alpha4"})])
     assert len(judge.memory.index) == 29 == judge.stats()["episodes"]
+
+
+def test_ef_search_is_configurable_and_survives_a_round_trip(tmp_path: Path) -> None:
+    import faiss
+
+    index = EpisodicIndex.build(list(range(300)), vectors(300), hnsw_threshold=100, ef_search=40)
+    assert faiss.downcast_index(index._index.index).hnsw.efSearch == 40
+    index.write(str(tmp_path / "i.faiss"))
+    again = EpisodicIndex.read(str(tmp_path / "i.faiss"), hnsw_threshold=100, ef_search=200)
+    assert faiss.downcast_index(again._index.index).hnsw.efSearch == 200

@@ -132,3 +132,16 @@ def test_async_judging_does_not_block_the_loop(judge: Any) -> None:
         return ticks
 
     assert asyncio.run(main()) > 5
+
+
+def test_a_dropped_judge_frees_its_memory(make_judge: Any) -> None:
+    import gc
+    import weakref
+
+    judge = make_judge()
+    judge.align([SWEATER])
+    judge.invoke(CASE)
+    memory = weakref.ref(judge.memory)
+    del judge
+    gc.collect()
+    assert memory() is None  # no cache in LangChain/LangGraph pins the nodes

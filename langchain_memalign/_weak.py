@@ -1,0 +1,53 @@
+"""Graph nodes that do not keep their judge alive.
+
+LangChain and LangGraph cache the callables they inspect (in `lru_cache`s).
+A bound method there would pin its object, and with it the judge's memory
+and FAISS index, long after the judge is dropped. Nodes are therefore plain
+functions that reach their object through a weak reference; the compiled
+graph holds the object itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+
+def weak_node(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function with `method`'s calling convention, calling it weakly."""
+    ref = weakref.WeakMethod(method)
+    name = getattr(method, "__name__", "node")
+
+    def target() -> Callable[..., Any]:
+        bound = ref()
+        if bound is None:
+            raise RuntimeError(f"node {name!r} belongs to a judge that no longer exists")
+        return bound
+
+    takes_config = "config" in inspect.signature(method).parameters
+    fn: Callable[..., Any]
+    if inspect.iscoroutinefunction(method):
+        if takes_config:
+
+            async def fn(state: Any, config: RunnableConfig) -> Any:
+                return await target()(state, config)
+        else:
+
+            async def fn(state: Any) -> Any:
+                return await target()(state)
+    elif takes_config:
+
+        def fn(state: Any, config: RunnableConfig) -> Any:
+            return target()(state, config)
+    else:
+
+        def fn(state: Any) -> Any:
+            return target()(state)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = method.__doc__
+    return fn
