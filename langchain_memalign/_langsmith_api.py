@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
 import uuid
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -67,6 +69,19 @@ class RunRecord:
         }
 
 
+RunRef = str | uuid.UUID | ls_schemas.Run | RunRecord
+"""A run: its id, a `langsmith.schemas.Run`, or a `RunRecord`."""
+
+
+def run_id_of(run: RunRef) -> str:
+    """The canonical id of a run reference, or `ValueError`."""
+    raw = run.id if isinstance(run, ls_schemas.Run | RunRecord) else run
+    rid = as_uuid_str(raw)
+    if rid is None:
+        raise ValueError(f"not a run id: {raw!r}")
+    return rid
+
+
 def as_uuid_str(value: Any) -> str | None:
     """`value` as a canonical UUID string, or None if it is not a UUID."""
     try:
@@ -111,13 +126,30 @@ def _is_unsupported(error: BaseException) -> bool:
     return isinstance(error, ls_utils.LangSmithNotFoundError)
 
 
+_INSTANCES: weakref.WeakKeyDictionary[Client, LangSmithAPI] = weakref.WeakKeyDictionary()
+_INSTANCES_LOCK = threading.Lock()
+
+
 class LangSmithAPI:
-    """The calls the integration makes, on current APIs with a fallback to older ones."""
+    """The calls the integration makes, on current APIs with a fallback to older ones.
+
+    Use `LangSmithAPI.of(client)`: one instance per client remembers which
+    APIs the server answers.
+    """
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self._use_v2_runs: bool | None = None
         self._use_queue_items: bool | None = None
+
+    @classmethod
+    def of(cls, client: Client) -> LangSmithAPI:
+        """The shared instance for `client`."""
+        with _INSTANCES_LOCK:
+            api = _INSTANCES.get(client)
+            if api is None:
+                api = _INSTANCES[client] = cls(client)
+            return api
 
     # -- capability detection ------------------------------------------------------------
 
@@ -141,9 +173,7 @@ class LangSmithAPI:
 
     def _queue_items(self) -> Any | None:
         if self._use_queue_items is None:
-            self._use_queue_items = (
-                self._server_at_least("0.16.14") and self._openapi() is not None
-            )
+            self._use_queue_items = self._server_at_least("0.16.14") and self._openapi() is not None
         api = self._openapi() if self._use_queue_items else None
         return None if api is None else api.annotation_queues.items
 
@@ -153,8 +183,10 @@ class LangSmithAPI:
         """A project (or experiment) by id or name."""
         pid = as_uuid_str(name_or_id)
         if pid is not None:
-            return self.client.read_project(project_id=pid)
-        return self.client.read_project(project_name=str(name_or_id))
+            project: ls_schemas.TracerSession = self.client.read_project(project_id=pid)
+        else:
+            project = self.client.read_project(project_name=str(name_or_id))
+        return project
 
     # -- feedback ------------------------------------------------------------------------
 
@@ -200,13 +232,10 @@ class LangSmithAPI:
         api = self._v2_runs()
         if api is not None:
             groups: dict[str, list[str]] = {}
-            rest: list[str] = []
             for rid in ids:
                 project, start = hints.get(rid, (None, None))
                 if project and start:
                     groups.setdefault(project, []).append(rid)
-                else:
-                    rest.append(rid)
             try:
                 for project, members in groups.items():
                     for chunk in _chunks(members):
@@ -224,8 +253,8 @@ class LangSmithAPI:
                 if not _is_unsupported(e):
                     raise
                 self._use_v2_runs = False
-                rest = ids
-            ids = rest
+            # runs the v2 query did not return (no hint, odd start time) are looked up by id
+            ids = [rid for rid in ids if rid not in found]
         for chunk in _chunks(ids):
             with _legacy():
                 for run in self.client.list_runs(run_ids=chunk):
@@ -319,7 +348,8 @@ class LangSmithAPI:
                 self._use_queue_items = False
         with _legacy():
             return [
-                str(r.id) for r in self.client.list_runs_from_annotation_queue(queue_id, status=status)
+                str(r.id)
+                for r in self.client.list_runs_from_annotation_queue(queue_id, status=status)
             ]
 
     def add_to_queue(self, queue_id: str, runs: Sequence[RunRecord]) -> None:
@@ -352,6 +382,60 @@ class LangSmithAPI:
                 )
             else:
                 self.client.add_runs_to_annotation_queue(queue_id, run_ids=[r.id for r in runs])
+
+    def complete_queue_runs(self, queue_id: str, run_ids: Sequence[str]) -> None:
+        """Mark queued runs as reviewed (the reviewer's "Done")."""
+        wanted = set(run_ids)
+        items = self._queue_items()
+        if items is not None:
+            try:
+                for section in ("needs_my_review", "needs_others_review"):
+                    for item in items.list(queue_id, status=section, page_size=100):
+                        if item.id and item.run_id in wanted:
+                            items.create_status(item.id, status="completed")
+                return
+            except Exception as e:
+                if not _is_unsupported(e):
+                    raise
+                self._use_queue_items = False
+        offset = 0
+        while True:
+            response = self.client.request_with_retries(
+                "GET",
+                f"/annotation-queues/{queue_id}/runs",
+                params={"limit": 100, "offset": offset},
+            )
+            page = response.json()
+            for entry in page:
+                if str(entry.get("id")) in wanted and entry.get("queue_run_id"):
+                    self.client.request_with_retries(
+                        "POST",
+                        f"/annotation-queues/status/{entry['queue_run_id']}",
+                        json={"status": "completed"},
+                    )
+            if len(page) < 100:
+                return
+            offset += 100
+
+    # -- run references ------------------------------------------------------------------
+
+    def records(
+        self,
+        runs: Sequence[RunRef] | None,
+        project: str | uuid.UUID | None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """The runs given (read when only their ids are), or a project's latest root runs."""
+        if (runs is None) == (project is None):
+            raise ValueError("give exactly one of runs or project")
+        if project is not None:
+            return self.project_runs(self.project(project), limit=limit)
+        assert runs is not None
+        ready = {r.id: r for r in runs if isinstance(r, RunRecord)}
+        ids = list(dict.fromkeys(run_id_of(r) for r in runs))
+        missing = [i for i in ids if i not in ready]
+        found = {**ready, **self.read_runs(missing)} if missing else ready
+        return [found[i] for i in ids if i in found]
 
 
 def _from_v1(run: ls_schemas.Run) -> RunRecord:

@@ -25,7 +25,11 @@ OpenAPI resources use):
 * runs: ``POST /runs``, ``POST /runs/batch``, ``POST /runs/multipart`` (plain or
   zstd when enabled; also carries queued ``feedback.{id}`` parts),
   ``GET/PATCH /runs/{id}``, ``POST /runs/query`` (cursor pagination)
+* runs v2 (``client.runs`` / the generated OpenAPI client, when ``runs_v2``):
+  ``POST /api/v2/runs/query`` (``selects``, opaque ``next_cursor``; the start-time window
+  defaults to the last day, as the API's does), ``GET /api/v2/runs/{id}``
 * feedback: ``POST/GET /feedback``, ``GET/PATCH/DELETE /feedback/{id}``
+* feedback configs: ``POST/GET/DELETE /feedback-configs``
 * datasets: ``POST/GET /datasets``, ``GET/PATCH/DELETE /datasets/{id}``,
   ``POST /examples``, ``POST /examples/bulk``, ``GET /examples``,
   ``GET/PATCH/DELETE /examples/{id}``
@@ -59,7 +63,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
@@ -236,13 +240,19 @@ class FaultRule:
     retry_after: float | None = None
     method: str | None = None
     hits: int = 0
+    after: int = 0
 
     def matches(self, method: str, paths: tuple[str, ...]) -> bool:
         if self.remaining <= 0:
             return False
         if self.method is not None and self.method.upper() != method:
             return False
-        return any(path.startswith(self.path_prefix) for path in paths)
+        if not any(path.startswith(self.path_prefix) for path in paths):
+            return False
+        if self.after > 0:  # let this many matching requests through first
+            self.after -= 1
+            return False
+        return True
 
 
 Handler = Callable[[re.Match[str], Query, Any], tuple[int, Any]]
@@ -266,6 +276,7 @@ class LangSmithTestServer:
         use_multipart_endpoint: bool = True,
         zstd_compression: bool = False,
         tenant_id: str = _DEFAULT_TENANT_ID,
+        runs_v2: bool = True,
     ) -> None:
         """Configure the server; call :meth:`start` (or use ``with``) to serve.
 
@@ -283,6 +294,9 @@ class LangSmithTestServer:
                 When False the client logs "Run compression is not enabled"
                 once per client unless ``LANGSMITH_DISABLE_RUN_COMPRESSION=true``.
             tenant_id: Tenant (workspace) id stamped on sessions and queues.
+            runs_v2: Serve the v2 run endpoints (``/api/v2/runs/...``) that the
+                client's current ``runs`` resource uses; False answers them with 404,
+                like a self-hosted server older than 0.16.
         """
         self.host = host
         self.port = port
@@ -291,6 +305,7 @@ class LangSmithTestServer:
         self.use_multipart_endpoint = use_multipart_endpoint
         self.zstd_compression = zstd_compression
         self.tenant_id = tenant_id
+        self.runs_v2 = runs_v2
 
         self.lock = threading.RLock()
         self.requests: list[RecordedRequest] = []
@@ -386,8 +401,12 @@ class LangSmithTestServer:
         times: int = 1,
         retry_after: float | None = None,
         method: str | None = None,
+        after: int = 0,
     ) -> FaultRule:
         """Make the next ``times`` requests under ``path_prefix`` fail with ``status``.
+
+        With ``after``, that many matching requests succeed before the failures start
+        (to fail a job midway).
 
         The prefix is matched against the path with and without an ``/api/v1``
         prefix (e.g. ``"/feedback"``, ``"/runs/multipart"``). A 429 carries a
@@ -403,6 +422,7 @@ class LangSmithTestServer:
             remaining=times,
             retry_after=retry_after,
             method=method,
+            after=after,
         )
         with self.lock:
             self.faults.append(rule)
@@ -547,6 +567,13 @@ class LangSmithTestServer:
             ("POST", r"/runs/query", self._query_runs),
             ("GET", rf"/runs/(?P<id>{uuid_re})", self._read_run),
             ("PATCH", rf"/runs/(?P<id>{uuid_re})", self._update_run),
+            # runs v2 (generated OpenAPI client: /api/v2/... arrives as /v2/...)
+            ("POST", r"/v2/runs/query", self._query_runs_v2),
+            ("GET", rf"/v2/runs/(?P<id>{uuid_re})", self._read_run_v2),
+            # feedback configs
+            ("POST", r"/feedback-configs", self._create_feedback_config),
+            ("GET", r"/feedback-configs", self._list_feedback_configs),
+            ("DELETE", r"/feedback-configs", self._delete_feedback_config),
             # feedback
             ("POST", r"/feedback", self._create_feedback),
             ("GET", r"/feedback", self._list_feedback),
@@ -999,6 +1026,168 @@ class LangSmithTestServer:
             "cursors": {"next": next_cursor, "prev": str(offset) if offset else None},
         }
 
+    # -- runs v2 -------------------------------------------------------------
+
+    _V2_FIELDS: ClassVar[dict[str, str]] = {
+        "ID": "id",
+        "NAME": "name",
+        "RUN_TYPE": "run_type",
+        "STATUS": "status",
+        "START_TIME": "start_time",
+        "END_TIME": "end_time",
+        "ERROR": "error",
+        "EXTRA": "extra",
+        "METADATA": "metadata",
+        "EVENTS": "events",
+        "INPUTS": "inputs",
+        "OUTPUTS": "outputs",
+        "PARENT_RUN_IDS": "parent_run_ids",
+        "PROJECT_ID": "project_id",
+        "TRACE_ID": "trace_id",
+        "DOTTED_ORDER": "dotted_order",
+        "IS_ROOT": "is_root",
+        "REFERENCE_EXAMPLE_ID": "reference_example_id",
+        "REFERENCE_DATASET_ID": "reference_dataset_id",
+        "TAGS": "tags",
+        "APP_PATH": "app_path",
+        "FEEDBACK_STATS": "feedback_stats",
+    }
+
+    def _run_v2_out(self, run: JSON, selects: list[str] | None) -> JSON:
+        v1 = self._run_out(run)
+        session = self.sessions.get(str(v1.get("session_id")))
+        full = {
+            **v1,
+            "status": str(v1["status"]).upper(),
+            "metadata": (v1.get("extra") or {}).get("metadata"),
+            "project_id": v1.get("session_id"),
+            "is_root": run.get("parent_run_id") is None,
+            "reference_dataset_id": session.get("reference_dataset_id") if session else None,
+        }
+        names = selects or ["ID"]
+        out: JSON = {"id": full["id"]}
+        for name in names:
+            key = self._V2_FIELDS.get(str(name).upper())
+            if key is None:
+                raise HTTPError(422, f"unsupported select {name!r}")
+            out[key] = full.get(key)
+        return out
+
+    def _require_v2(self) -> None:
+        if not self.runs_v2:
+            raise HTTPError(404, "Not Found")
+
+    def _query_runs_v2(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        self._require_v2()
+        body = body or {}
+        projects = {_uuid_str(p) for p in body.get("project_ids") or []}
+        dataset = _maybe_uuid(body.get("reference_dataset_id"))
+        if bool(projects) == bool(dataset):
+            raise HTTPError(422, "set exactly one of project_ids and reference_dataset_id")
+        if dataset:
+            projects = {
+                s["id"] for s in self.sessions.values() if s.get("reference_dataset_id") == dataset
+            }
+        hi = _parse_time(body.get("max_start_time")) or _now()
+        lo = _parse_time(body.get("min_start_time")) or (hi - dt.timedelta(days=1))
+        runs = [
+            r
+            for r in self.runs.values()
+            if r.get("session_id") in projects
+            and lo <= (_parse_time(r.get("start_time")) or _now()) <= hi
+        ]
+        if ids := {_uuid_str(i) for i in body.get("ids") or []}:
+            runs = [r for r in runs if r["id"] in ids]
+        if body.get("trace_id"):
+            trace = _uuid_str(body["trace_id"])
+            runs = [r for r in runs if r.get("trace_id", r["id"]) == trace]
+        if body.get("is_root") is not None:
+            want_root = bool(body["is_root"])
+            runs = [r for r in runs if (r.get("parent_run_id") is None) == want_root]
+        if body.get("run_type") is not None:
+            runs = [r for r in runs if r.get("run_type") == body["run_type"]]
+        if body.get("has_error") is not None:
+            runs = [r for r in runs if bool(r.get("error")) == bool(body["has_error"])]
+        if examples := {_uuid_str(e) for e in body.get("reference_examples") or []}:
+            runs = [r for r in runs if r.get("reference_example_id") in examples]
+        if body.get("filter"):
+            predicate = _compile_filter(body["filter"])
+            runs = [r for r in runs if predicate(self._run_out(r), self)]
+        runs.sort(key=lambda r: (r.get("start_time") or "", r["_seq"]), reverse=True)
+        offset = int(body.get("cursor") or 0)
+        page_size = min(int(body.get("page_size") or 100), self.runs_page_size)
+        if not 1 <= page_size <= 1000:
+            raise HTTPError(422, "page_size must be between 1 and 1000")
+        page = runs[offset : offset + page_size]
+        more = offset + page_size < len(runs)
+        selects = body.get("selects")
+        return 200, {
+            "items": [self._run_v2_out(r, selects) for r in page],
+            "next_cursor": str(offset + page_size) if more else None,
+        }
+
+    def _read_run_v2(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        self._require_v2()
+        run = self._run_or_404(match["id"])
+        project = _first(query, "project_id")
+        if project is None:
+            raise HTTPError(422, "project_id is required")
+        if run.get("session_id") != _uuid_str(project):
+            raise HTTPError(404, f"run {run['id']} not found in project {project}")
+        return 200, self._run_v2_out(run, _many(query, "selects") or None)
+
+    # -- feedback configs ----------------------------------------------------
+
+    def _feedback_config_out(self, key: str) -> JSON:
+        entry = self.feedback_configs[key]
+        return {
+            "id": entry.setdefault("id", str(uuid.uuid5(uuid.NAMESPACE_URL, key))),
+            "feedback_key": key,
+            "feedback_config": entry["feedback_config"],
+            "tenant_id": self.tenant_id,
+            "modified_at": entry.setdefault("modified_at", _iso(_now())),
+            "is_lower_score_better": entry.get("is_lower_score_better"),
+            "is_enforced": bool(entry.get("is_enforced")),
+            "is_first": True,
+        }
+
+    def _create_feedback_config(
+        self, match: re.Match[str], query: Query, body: Any
+    ) -> tuple[int, Any]:
+        body = body or {}
+        key = body.get("feedback_key")
+        config = body.get("feedback_config")
+        if not key or not isinstance(config, dict):
+            raise HTTPError(422, "feedback_key and feedback_config are required")
+        existing = self.feedback_configs.get(key)
+        if existing is not None and existing["feedback_config"] != config:
+            raise HTTPError(400, "Feedback config already exists")
+        if existing is None:
+            self.feedback_configs[key] = {
+                "feedback_key": key,
+                "feedback_config": copy.deepcopy(config),
+                "is_lower_score_better": body.get("is_lower_score_better"),
+                "is_enforced": body.get("is_enforced"),
+            }
+        return 200, self._feedback_config_out(key)
+
+    def _list_feedback_configs(
+        self, match: re.Match[str], query: Query, body: Any
+    ) -> tuple[int, Any]:
+        keys = set(_many(query, "key")) or set(self.feedback_configs)
+        return 200, [
+            self._feedback_config_out(k) for k in sorted(keys & set(self.feedback_configs))
+        ]
+
+    def _delete_feedback_config(
+        self, match: re.Match[str], query: Query, body: Any
+    ) -> tuple[int, Any]:
+        key = _first(query, "feedback_key")
+        if key is None or key not in self.feedback_configs:
+            raise HTTPError(404, f"feedback config {key!r} not found")
+        del self.feedback_configs[key]
+        return 200, {}
+
     # -- feedback ------------------------------------------------------------
 
     def _feedback_session(self, fb: JSON) -> str | None:
@@ -1323,8 +1512,10 @@ class LangSmithTestServer:
             rubric = []
             for item in queue.get("rubric_items") or []:
                 entry = dict(item)
-                config = self.feedback_configs.get(entry.get("feedback_key", ""))
-                entry.setdefault("feedback_config", config["feedback_config"] if config else None)
+                # read-only: the key's feedback config, as a FeedbackConfigSchema
+                key = entry.get("feedback_key", "")
+                has_config = key in self.feedback_configs
+                entry["feedback_config"] = self._feedback_config_out(key) if has_config else None
                 rubric.append(entry)
             out["rubric_items"] = rubric
         else:
@@ -1785,6 +1976,9 @@ def _dump(value: Any) -> bytes:
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "FakeLangSmith/0.1"
+    # Headers and body go out in two writes; without TCP_NODELAY every keep-alive
+    # response waits ~40 ms for the client's delayed ACK.
+    disable_nagle_algorithm = True
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

@@ -1,0 +1,55 @@
+"""LangSmith as the judge's feedback loop: feedback in, annotation queues, verdicts out.
+
+One import for the whole integration:
+
+- feedback in: `LangSmithFeedbackSource`, `FeedbackMapping`, `SyncReport`, `Conflict`;
+- annotation queues: `JudgeAnnotationQueue`, `SendReport`, `CycleReport`;
+- verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
+  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`.
+"""
+
+from langchain_memalign.langsmith_evaluator import (
+    JudgeRunEvaluator,
+    Verdict,
+    ainvoke_and_log,
+    ajudge_evaluator,
+    awrite_verdicts,
+    evaluation_result,
+    invoke_and_log,
+    judge_evaluator,
+    write_verdicts,
+)
+from langchain_memalign.langsmith_queue import (
+    CycleReport,
+    JudgeAnnotationQueue,
+    SendReport,
+)
+from langchain_memalign.langsmith_source import (
+    Conflict,
+    ConflictPolicy,
+    FeedbackMapping,
+    LangSmithFeedbackSource,
+    SyncReport,
+    Vote,
+)
+
+__all__ = [
+    "Conflict",
+    "ConflictPolicy",
+    "CycleReport",
+    "FeedbackMapping",
+    "JudgeAnnotationQueue",
+    "JudgeRunEvaluator",
+    "LangSmithFeedbackSource",
+    "SendReport",
+    "SyncReport",
+    "Verdict",
+    "Vote",
+    "ainvoke_and_log",
+    "ajudge_evaluator",
+    "awrite_verdicts",
+    "evaluation_result",
+    "invoke_and_log",
+    "judge_evaluator",
+    "write_verdicts",
+]

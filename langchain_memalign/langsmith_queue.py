@@ -1,0 +1,326 @@
+"""A LangSmith annotation queue that feeds a judge: send runs, pull reviews, align.
+
+```python
+queue = JudgeAnnotationQueue(judge, client)       # created, or reused by name
+report = queue.cycle(project="support-bot", select="uncertain", limit=10)
+report.pulled.added      # reviews completed since the last cycle, now aligned
+report.sent.run_ids      # the runs the judge is least sure about, now in the queue
+```
+
+The queue's rubric item is the judge's key, with a feedback config matching
+the judge's scale (categories for pass/fail, categorical and pairwise scales;
+a bounded continuous score for numeric ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+from langsmith import Client
+from langsmith import schemas as ls_schemas
+from pydantic import BaseModel, Field
+
+from langchain_memalign._langsmith_api import LangSmithAPI, RunRecord, RunRef, run_id_of
+from langchain_memalign._langsmith_fields import MISSING, distance, feedback_config, read_label
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith_evaluator import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith_source import (
+    ConflictPolicy,
+    FeedbackMapping,
+    LangSmithFeedbackSource,
+    SyncReport,
+)
+
+Selection = Literal["all", "sample", "uncertain", "disagreement"]
+"""Which runs `send` puts in the queue.
+
+- `"all"`: every candidate (up to `limit`), newest first;
+- `"sample"`: a random sample of `limit` candidates;
+- `"uncertain"`: the candidates the judge is least sure about (its verdict
+  disagrees most with the expert labels of the most similar past cases);
+- `"disagreement"`: the candidates where the judge's verdict disagrees with
+  other feedback on the run (the `signal_keys`, e.g. user thumbs or another
+  evaluator), most disagreeing first.
+"""
+
+
+class SendReport(BaseModel):
+    """What `send` put in the queue, and why."""
+
+    queue_id: str
+    run_ids: list[str] = Field(default_factory=list, description="Runs added to the queue.")
+    considered: int = Field(default=0, description="Candidates not queued nor reviewed yet.")
+    skipped: int = Field(default=0, description="Candidates already queued or reviewed.")
+    priority: dict[str, float] = Field(
+        default_factory=dict,
+        description="Each considered run's uncertainty or disagreement (judging selections).",
+    )
+    verdicts: list[Verdict] = Field(
+        default_factory=list,
+        description="The judge's verdicts on the considered runs (when the selection "
+        "judged them, or verdicts were written).",
+    )
+
+
+class CycleReport(BaseModel):
+    """One review cycle: reviews pulled and aligned, then new runs sent."""
+
+    pulled: SyncReport
+    sent: SendReport
+
+
+class JudgeAnnotationQueue:
+    """An annotation queue whose rubric is a judge's key and scale.
+
+    Args:
+        judge: The judge the reviews teach.
+        client: A `langsmith.Client` (default: from the environment).
+        name: The queue's name (default `"<judge name> review"`); a queue with this
+            name is reused.
+        queue_id: Use this existing queue instead of one found by name.
+        description: The queue's description.
+        instructions: Rubric instructions for reviewers (default: the judge's scale).
+        mapping: How feedback and runs map to `Feedback` (see `FeedbackMapping`).
+        conflicts: How disagreeing reviews of one run resolve.
+    """
+
+    def __init__(
+        self,
+        judge: MemAlignJudge,
+        client: Client | None = None,
+        *,
+        name: str | None = None,
+        queue_id: str | uuid.UUID | None = None,
+        description: str | None = None,
+        instructions: str | None = None,
+        mapping: FeedbackMapping | None = None,
+        conflicts: ConflictPolicy = "keep_all",
+    ) -> None:
+        self.judge = judge
+        self.client = client or Client()
+        self.api = LangSmithAPI.of(self.client)
+        self.name = name or f"{judge.config.name} review"
+        self.description = description or (
+            f"Reviews for the MemAlign judge {judge.config.name!r}: completed ones teach it."
+        )
+        self.instructions = instructions
+        self.mapping = mapping or FeedbackMapping()
+        self.conflicts: ConflictPolicy = conflicts
+        self._queue_id = None if queue_id is None else str(queue_id)
+
+    # -- the queue -------------------------------------------------------------------------
+
+    def _rubric_item(self) -> ls_schemas.AnnotationQueueRubricItem:
+        scale = self.judge.scale
+        item: ls_schemas.AnnotationQueueRubricItem = {
+            "feedback_key": self.judge.config.name,
+            "description": scale.describe(),
+            "is_required": True,
+        }
+        if scale.kind in ("categorical", "pairwise"):
+            item["value_descriptions"] = {c: c for c in scale.choices}
+        return item
+
+    def ensure(self) -> str:
+        """Create the queue (or find it by name) with the judge's rubric; its id."""
+        if self._queue_id is not None:
+            return self._queue_id
+        self.api.ensure_feedback_config(self.judge.config.name, feedback_config(self.judge.scale))
+        queue = self.api.find_queue(self.name)
+        if queue is None:
+            queue = self.client.create_annotation_queue(
+                name=self.name,
+                description=self.description,
+                rubric_instructions=self.instructions
+                or f"Grade {self.judge.config.name!r}. {self.judge.scale.describe()} "
+                "Explain your grade in the comment: the judge learns from it.",
+                rubric_items=[self._rubric_item()],
+            )
+        else:
+            details = self.client.read_annotation_queue(queue.id)
+            keys = {i.get("feedback_key") for i in details.rubric_items or []}
+            if self.judge.config.name not in keys:
+                kept = [  # feedback_config is read-only: send the items as written
+                    cast(
+                        ls_schemas.AnnotationQueueRubricItem,
+                        {k: v for k, v in i.items() if k != "feedback_config"},
+                    )
+                    for i in details.rubric_items or []
+                ]
+                items = [*kept, self._rubric_item()]
+                self.client.update_annotation_queue(queue.id, rubric_items=items)
+        self._queue_id = str(queue.id)
+        return self._queue_id
+
+    @property
+    def queue_id(self) -> str:
+        """The queue's id (the queue is created on first use)."""
+        return self.ensure()
+
+    # -- send ------------------------------------------------------------------------------
+
+    def send(
+        self,
+        runs: Sequence[RunRef] | None = None,
+        *,
+        project: str | uuid.UUID | None = None,
+        select: Selection = "all",
+        limit: int | None = None,
+        scan: int | None = 100,
+        signal_keys: Sequence[str] = (),
+        skip_reviewed: bool = True,
+        write_verdicts: bool = False,
+        seed: int | None = None,
+    ) -> SendReport:
+        """Put runs in the queue for review.
+
+        Args:
+            runs: Candidate runs (ids or `Run` objects)...
+            project: ...or a project whose latest root runs are the candidates.
+            select: Which candidates to send (see `Selection`).
+            limit: At most this many runs are sent (required for "sample").
+            scan: At most this many of the project's latest runs are considered.
+            signal_keys: Feedback keys the judge's verdict is compared with for
+                `select="disagreement"`.
+            skip_reviewed: Leave out runs that already have human feedback on the
+                judge's key (and runs already in the queue, always).
+            write_verdicts: Also write the judge's verdicts on the sent runs as
+                model feedback, so reviewers see them and can correct them.
+            seed: Random seed of `select="sample"`.
+        """
+        if select not in ("all", "sample", "uncertain", "disagreement"):
+            raise ValueError(f"unknown selection {select!r}")
+        if select == "sample" and limit is None:
+            raise ValueError("select='sample' needs a limit")
+        if select == "disagreement" and not signal_keys:
+            raise ValueError("select='disagreement' needs signal_keys to compare with")
+        queue_id = self.ensure()
+        candidates = self.api.records(runs, project, scan if project is not None else None)
+        queued = set(self.api.queue_run_ids(queue_id, None))
+        if skip_reviewed and candidates:
+            queued |= {
+                str(fb.run_id)
+                for fb in self.api.list_feedback(
+                    key=self.judge.config.name,
+                    source_types=["app", "api"],
+                    run_ids=[r.id for r in candidates],
+                )
+            }
+        fresh = [r for r in candidates if r.id not in queued]
+        report = SendReport(
+            queue_id=queue_id, considered=len(fresh), skipped=len(candidates) - len(fresh)
+        )
+        verdicts: dict[str, Verdict] = {}
+        if select in ("uncertain", "disagreement") or write_verdicts:
+            judged = _judge_runs(
+                self.judge, fresh, client=self.client, trace=write_verdicts, mapping=self.mapping
+            )
+            verdicts = {v.run_id: v for v in judged}
+        order = fresh
+        if select == "sample":
+            assert limit is not None
+            order = random.Random(seed).sample(fresh, min(limit, len(fresh)))
+        elif select == "uncertain":
+            report.priority = {rid: v.uncertainty for rid, v in verdicts.items()}
+            order = sorted(fresh, key=lambda r: -verdicts[r.id].uncertainty)
+        elif select == "disagreement":
+            report.priority = self._disagreement(fresh, verdicts, signal_keys)
+            order = sorted(
+                (r for r in fresh if report.priority.get(r.id, 0.0) > 0),
+                key=lambda r: -report.priority[r.id],
+            )
+        chosen = order[:limit]
+        if write_verdicts:
+            for run in chosen:
+                verdicts[run.id] = _write_verdict(self.judge, self.client, run, verdicts[run.id])
+        self.api.add_to_queue(queue_id, chosen)
+        report.run_ids = [r.id for r in chosen]
+        report.verdicts = [verdicts[r.id] for r in fresh if r.id in verdicts]
+        return report
+
+    def _disagreement(
+        self, runs: Sequence[RunRecord], verdicts: dict[str, Verdict], keys: Sequence[str]
+    ) -> dict[str, float]:
+        scale = self.judge.scale
+        signals: dict[str, list[Any]] = {}
+        for key in keys:
+            for fb in self.api.list_feedback(
+                key=key,
+                source_types=["app", "api", "model"],
+                run_ids=[r.id for r in runs],
+            ):
+                label = read_label(scale, fb.model_dump(mode="json"), self.mapping.label)
+                if label is not MISSING and fb.run_id is not None:
+                    signals.setdefault(str(fb.run_id), []).append(label)
+        out: dict[str, float] = {}
+        for run in runs:
+            labels = signals.get(run.id)
+            if labels:
+                score = verdicts[run.id].score
+                out[run.id] = sum(distance(scale, score, v) for v in labels) / len(labels)
+        return out
+
+    async def asend(self, runs: Sequence[RunRef] | None = None, **kwargs: Any) -> SendReport:
+        """Async twin of `send` (runs off the event loop)."""
+        return await asyncio.to_thread(self.send, runs, **kwargs)
+
+    # -- pull ------------------------------------------------------------------------------
+
+    def source(self) -> LangSmithFeedbackSource:
+        """The feedback source over the queue's completed runs."""
+        queue_id = self.ensure()
+        completed = self.api.queue_run_ids(queue_id, "completed")
+        return LangSmithFeedbackSource(
+            self.client,
+            runs=completed,
+            key=self.judge.config.name,
+            mapping=self.mapping,
+            conflicts=self.conflicts,
+            sync_id=f"queue:{queue_id}",
+        )
+
+    def pull(self) -> SyncReport:
+        """Align the judge on the reviews of completed queue items (incrementally)."""
+        source = self.source()
+        if not source.run_ids:
+            return SyncReport()
+        return source.sync(self.judge)
+
+    async def apull(self) -> SyncReport:
+        """Async twin of `pull`."""
+        return await asyncio.to_thread(self.pull)
+
+    def complete(self, runs: Sequence[RunRef]) -> None:
+        """Mark queued runs as reviewed, as a reviewer does with "Done" in the UI.
+
+        Useful when the reviews were given elsewhere (or in tests and demos).
+        """
+        self.api.complete_queue_runs(self.ensure(), [run_id_of(r) for r in runs])
+
+    # -- cycle -----------------------------------------------------------------------------
+
+    def cycle(
+        self,
+        runs: Sequence[RunRef] | None = None,
+        *,
+        project: str | uuid.UUID | None = None,
+        select: Selection = "uncertain",
+        limit: int | None = 10,
+        **send_options: Any,
+    ) -> CycleReport:
+        """One full review cycle: pull and align completed reviews, then send new runs.
+
+        Sending after aligning means the selection (e.g. "uncertain") already
+        reflects what the reviews just taught the judge.
+        """
+        pulled = self.pull()
+        sent = self.send(runs, project=project, select=select, limit=limit, **send_options)
+        return CycleReport(pulled=pulled, sent=sent)
+
+    async def acycle(self, runs: Sequence[RunRef] | None = None, **kwargs: Any) -> CycleReport:
+        """Async twin of `cycle` (runs off the event loop)."""
+        return await asyncio.to_thread(self.cycle, runs, **kwargs)

@@ -1,0 +1,266 @@
+"""The judge's verdicts out to LangSmith: evaluate/aevaluate, and model feedback on runs."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+import langsmith  # noqa: E402
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
+from langsmith import Client  # noqa: E402
+from langsmith.evaluation import EvaluationResult  # noqa: E402
+from langsmith_server import LangSmithTestServer  # noqa: E402
+
+from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
+from langchain_memalign.langsmith import (  # noqa: E402
+    JudgeRunEvaluator,
+    LangSmithFeedbackSource,
+    ajudge_evaluator,
+    awrite_verdicts,
+    invoke_and_log,
+    judge_evaluator,
+    write_verdicts,
+)
+
+KEY = "helpfulness"
+
+
+def rule(case: str, memory: str) -> dict[str, Any]:
+    if "yourself" in case.lower():
+        return {"rationale": "Dismissive.", "score": False}
+    return {"rationale": "Answers the question.", "score": True}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+
+
+@pytest.fixture
+def server() -> Iterator[LangSmithTestServer]:
+    with LangSmithTestServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: LangSmithTestServer) -> Iterator[Client]:
+    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
+    yield c
+    c.close(timeout=5)
+
+
+@pytest.fixture
+def model() -> ScriptedChatModel:
+    return ScriptedChatModel(responder=RoleResponder(rule))
+
+
+@pytest.fixture
+def judge(model: ScriptedChatModel) -> MemAlignJudge:
+    judge = MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=2)
+    judge.align(
+        [
+            Feedback(id="seed", inputs="reset my password", outputs="Figure it out yourself.",
+                     value=False, rationale="Dismissive."),
+        ]
+    )  # fmt: skip
+    return judge
+
+
+@pytest.fixture
+def dataset(client: Client) -> str:
+    ds = client.create_dataset("support")
+    client.create_examples(
+        dataset_id=ds.id,
+        examples=[
+            {"inputs": {"question": q}, "reference_outputs": {"answer": "reference"}}
+            for q in ("store hours?", "reset my password", "track my order")
+        ],
+    )
+    return ds.name
+
+
+def target(inputs: dict[str, Any]) -> dict[str, Any]:
+    q = inputs["question"]
+    return {"answer": "Figure it out yourself." if "password" in q else f"Sure: {q}"}
+
+
+def _results(rows: list[Any]) -> dict[str, list[EvaluationResult]]:
+    return {r["example"].inputs["question"]: r["evaluation_results"]["results"] for r in rows}
+
+
+def _check(results: dict[str, list[EvaluationResult]], n: int, judge: MemAlignJudge) -> None:
+    assert set(results) == {"store hours?", "reset my password", "track my order"}
+    for question, found in results.items():
+        assert len(found) == n and {r.key for r in found} == {KEY}
+        for r in found:
+            assert r.score is ("password" not in question)
+            assert r.comment in ("Dismissive.", "Answers the question.")
+            assert r.metadata is not None and r.metadata["judge"] == KEY
+            assert r.metadata["episode_ids"] == ["seed"]
+            assert r.metadata["guideline_ids"] == [g.id for g in judge.guidelines]
+
+
+def test_evaluate_end_to_end_without_upload(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, dataset: str
+) -> None:
+    evaluator = JudgeRunEvaluator(judge)
+    assert evaluator.feedback_keys == [KEY]
+    before = len(server.requests)
+    results = langsmith.evaluate(
+        target,
+        data=dataset,
+        evaluators=[evaluator, judge_evaluator(judge)],
+        upload_results=False,
+        client=client,
+    )
+    rows = list(results)
+    _check(_results(rows), 2, judge)
+    assert {r.method for r in server.requests[before:]} == {"GET"}  # nothing uploaded
+    assert not server.feedback
+
+
+async def test_aevaluate_end_to_end_without_upload(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, dataset: str
+) -> None:
+    async def atarget(inputs: dict[str, Any]) -> dict[str, Any]:
+        return target(inputs)
+
+    before = len(server.requests)
+    results = await langsmith.aevaluate(
+        atarget,
+        data=dataset,
+        evaluators=[JudgeRunEvaluator(judge), ajudge_evaluator(judge)],
+        upload_results=False,
+        client=client,
+    )
+    rows = [row async for row in results]
+    _check(_results(rows), 2, judge)
+    # aevaluate itself uploads the target's runs even without upload_results (langsmith
+    # 0.15); the judge uploads nothing: no feedback, no judge run.
+    assert not server.feedback and not server.requests_to("/feedback")
+    assert {r["name"] for r in server.runs.values()} == {"AsyncTarget"}
+    assert len(server.requests) > before
+
+
+def test_categorical_verdicts_are_values(model: ScriptedChatModel) -> None:
+    def tone(case: str, memory: str) -> dict[str, Any]:
+        return {"rationale": "Curt.", "score": "Cold"}
+
+    judge = MemAlignJudge(
+        "tone",
+        "Tone? {inputs} {outputs}",
+        ScriptedChatModel(responder=RoleResponder(tone)),
+        HashEmbeddings(),
+        scale=["Warm", "Neutral", "Cold"],
+    )
+    out = judge_evaluator(judge)({"q": "hi"}, {"a": "What."})
+    assert out == {
+        "key": "tone",
+        "value": "Cold",
+        "score": 2,
+        "comment": "Curt.",
+        "metadata": {"judge": "tone", "guideline_ids": [], "episode_ids": []},
+    }
+    run = langsmith.schemas.Run(
+        id="00000000-0000-4000-8000-000000000009",
+        name="t",
+        run_type="chain",
+        start_time="2024-01-01T00:00:00Z",
+        inputs={"q": "hi"},
+        outputs={"a": "What."},
+        trace_id="00000000-0000-4000-8000-000000000009",
+    )
+    result = JudgeRunEvaluator(judge).evaluate_run(run)
+    assert (result.value, result.score, result.comment) == ("Cold", 2, "Curt.")
+
+
+def test_invoke_and_log_outside_a_langsmith_test_just_judges(
+    judge: MemAlignJudge, server: LangSmithTestServer
+) -> None:
+    case = {"inputs": "hours?", "outputs": "9 to 5"}
+    assert invoke_and_log(judge, case) == judge.invoke(case)
+    assert not server.requests
+
+
+# -- verdicts on production runs --------------------------------------------------------------
+
+
+def _production(server: LangSmithTestServer) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    project = server.add_project("prod")
+    runs = [
+        server.add_run(session_id=project["id"], inputs={"q": q}, outputs={"a": a})
+        for q, a in (("hours?", "9 to 5."), ("password?", "Figure it out yourself."))
+    ]
+    return project, runs
+
+
+def test_verdicts_written_as_model_feedback_linked_to_the_judge_run(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    _, runs = _production(server)
+    verdicts = write_verdicts(judge, client, project="prod")
+    client.flush()
+    assert {v.run_id: v.score for v in verdicts} == {runs[0]["id"]: True, runs[1]["id"]: False}
+    for v in verdicts:
+        assert v.feedback_id is not None and v.judge_run_id is not None
+        fb = server.feedback[v.feedback_id]
+        assert (fb["run_id"], fb["key"], fb["comment"]) == (v.run_id, KEY, v.comment)
+        assert fb["score"] == (1 if v.score else 0)
+        source = fb["feedback_source"]
+        assert source["type"] == "model"
+        assert source["metadata"]["__run"]["run_id"] == v.judge_run_id
+        assert source["metadata"]["memalign_judge"] == KEY
+        assert source["metadata"]["episode_ids"] == v.episode_ids
+        judge_run = server.runs[v.judge_run_id]  # the judge's own traced run
+        assert server.sessions[judge_run["session_id"]]["name"] == "evaluators"
+        assert judge_run["name"] == KEY
+
+    # The judge's own verdicts teach it nothing...
+    source = LangSmithFeedbackSource(client, project="prod")
+    assert source.sync(judge).listed == 0
+    # ...until a reviewer corrects one in the UI
+    wrong, right = verdicts
+    client.update_feedback(wrong.feedback_id, correction={"score": 0})  # no explanation
+    client.update_feedback(
+        right.feedback_id, correction={"score": 1, "explanation": "Rude, but it is a joke shop."}
+    )
+    report = source.sync(judge)
+    corrected = judge.get_feedback(f"langsmith:{wrong.feedback_id}")
+    assert corrected.value is False and corrected.rationale is None  # never the judge's own words
+    explained = judge.get_feedback(f"langsmith:{right.feedback_id}")
+    assert (explained.value, explained.rationale) == (True, "Rude, but it is a joke shop.")
+    assert len(report.aligned) == 2
+
+    # Writing again replaces verdicts nobody corrected and leaves corrected ones alone
+    server.add_feedback(runs[0]["id"], KEY, score=1, feedback_source={"type": "app"})
+    client.update_feedback(wrong.feedback_id, correction=None)
+    again = write_verdicts(judge, client, runs=[r["id"] for r in runs])
+    by_run = {v.run_id: v for v in again}
+    assert by_run[right.run_id].kept_correction
+    assert not by_run[wrong.run_id].kept_correction
+    assert by_run[wrong.run_id].feedback_id == wrong.feedback_id
+    assert server.feedback[right.feedback_id]["correction"]["score"] == 1
+
+
+async def test_awrite_verdicts(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    _, runs = _production(server)
+    verdicts = await awrite_verdicts(judge, client, runs=[runs[1]["id"]])
+    assert [v.score for v in verdicts] == [False]
+    assert verdicts[0].feedback_id in server.feedback
+
+
+def test_write_verdicts_checks_arguments(client: Client, judge: MemAlignJudge) -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        write_verdicts(judge, client)

@@ -1,0 +1,254 @@
+"""JudgeAnnotationQueue against the real langsmith.Client and the local LangSmith server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
+from langsmith import Client  # noqa: E402
+from langsmith_server import LangSmithTestServer  # noqa: E402
+
+from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
+from langchain_memalign.langsmith import JudgeAnnotationQueue  # noqa: E402
+
+KEY = "helpfulness"
+
+
+def rule(case: str, memory: str) -> dict[str, Any]:
+    if "rude" in case.lower():
+        return {"rationale": "Rude.", "score": False}
+    return {"rationale": "Fine.", "score": True}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+
+
+@pytest.fixture
+def server() -> Iterator[LangSmithTestServer]:
+    with LangSmithTestServer(runs_page_size=3) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: LangSmithTestServer) -> Iterator[Client]:
+    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
+    yield c
+    c.close(timeout=5)
+
+
+@pytest.fixture
+def model() -> ScriptedChatModel:
+    return ScriptedChatModel(responder=RoleResponder(rule))
+
+
+@pytest.fixture
+def judge(model: ScriptedChatModel) -> MemAlignJudge:
+    return MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=3)
+
+
+@pytest.fixture
+def runs(server: LangSmithTestServer) -> list[dict[str, Any]]:
+    project = server.add_project("prod")
+    texts = [
+        "polite answer about hours",
+        "rude answer about refunds",
+        "polite answer on shipping",
+        "rude reply on passwords",
+        "polite note about returns",
+        "polite words on sizes",
+    ]
+    return [
+        server.add_run(session_id=project["id"], inputs={"q": f"q{i}"}, outputs={"a": text})
+        for i, text in enumerate(texts)
+    ]
+
+
+def queued(server: LangSmithTestServer, queue: JudgeAnnotationQueue) -> list[str]:
+    return [i["run_id"] for i in server.queue_items[queue.queue_id]]
+
+
+def test_queue_is_created_with_the_judge_rubric_and_reused(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    queue = JudgeAnnotationQueue(judge, client)
+    stored = server.annotation_queues[queue.queue_id]
+    assert stored["name"] == "helpfulness review"
+    [item] = stored["rubric_items"]
+    assert item["feedback_key"] == KEY and "true if the output meets" in item["description"]
+    config = server.feedback_configs[KEY]["feedback_config"]
+    assert config["type"] == "categorical"
+    assert {c["label"]: c["value"] for c in config["categories"]} == {"fail": 0, "pass": 1}
+    read = client.read_annotation_queue(queue.queue_id)
+    assert read.rubric_items and read.rubric_items[0]["feedback_config"] is not None
+    assert read.rubric_items[0]["feedback_config"].feedback_config == config
+
+    again = JudgeAnnotationQueue(judge, client)
+    assert again.queue_id == queue.queue_id and len(server.annotation_queues) == 1
+
+
+def test_rubric_follows_the_scale(
+    server: LangSmithTestServer, client: Client, model: ScriptedChatModel
+) -> None:
+    numeric = MemAlignJudge("quality", "{inputs}", model, HashEmbeddings(), scale=(1, 5))
+    JudgeAnnotationQueue(numeric, client).ensure()
+    assert server.feedback_configs["quality"]["feedback_config"] == {
+        "type": "continuous",
+        "min": 1,
+        "max": 5,
+    }
+    tone = MemAlignJudge("tone", "{inputs}", model, HashEmbeddings(), scale=["Warm", "Cold"])
+    queue = JudgeAnnotationQueue(tone, client, name="tone queue")
+    [item] = server.annotation_queues[queue.queue_id]["rubric_items"]
+    assert item["value_descriptions"] == {"Warm": "Warm", "Cold": "Cold"}
+    # an existing queue without the judge's key gets it added to its rubric
+    other = client.create_annotation_queue(name="shared")
+    JudgeAnnotationQueue(tone, client, name="shared").ensure()
+    keys = [i["feedback_key"] for i in server.annotation_queues[str(other.id)]["rubric_items"]]
+    assert keys == ["tone"]
+
+
+def test_send_all_sample_and_skip_queued_or_reviewed(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    model_calls = len(judge.model.calls)  # type: ignore[attr-defined]
+    server.add_feedback(runs[0]["id"], KEY, score=1, feedback_source={"type": "app"})
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = queue.send(project="prod", limit=2)
+    newest_first = [r["id"] for r in reversed(runs)]
+    assert sent.run_ids == newest_first[:2] and queued(server, queue) == newest_first[:2]
+    assert sent.considered == 5 and sent.skipped == 1  # runs[0] has a human review
+    assert len(judge.model.calls) == model_calls  # type: ignore[attr-defined]
+    # items are added through the current API, with their run keys
+    [create] = server.requests_to("/platform/annotation-queues", "POST")
+    assert create.json["items"][0]["project_id"] == runs[0]["session_id"]
+
+    sample = queue.send(project="prod", select="sample", limit=2, seed=1)
+    again = queue.send(project="prod", select="sample", limit=2, seed=1)
+    assert len(sample.run_ids) == 2 and not set(sample.run_ids) & set(sent.run_ids)
+    assert sample.skipped == 3 and again.run_ids != sample.run_ids  # never re-queued
+    rest = queue.send(runs=[r["id"] for r in runs])
+    assert rest.considered == 0 and rest.run_ids == []
+
+
+def test_send_the_runs_the_judge_is_least_sure_about(
+    server: LangSmithTestServer, client: Client, model: ScriptedChatModel
+) -> None:
+    judge = MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=1)
+    judge.align(
+        [
+            Feedback(id="p", inputs="hours", outputs="polite answer about store hours",
+                     value=True),
+            Feedback(id="r", inputs="refund", outputs="rude answer about a late refund",
+                     value=False),
+        ]
+    )  # fmt: skip
+    project = server.add_project("prod")
+    texts = {
+        "sure-ok": ("hours", "polite answer about store hours today"),  # like "p", judged ok
+        "sure-bad": ("refund", "rude answer about a late refund again"),  # like "r", judged bad
+        "unsure": ("hours", "rude answer about store hours"),  # judged bad, like "p" (good)
+    }
+    ids = {
+        name: server.add_run(session_id=project["id"], inputs=i, outputs=o)["id"]
+        for name, (i, o) in texts.items()
+    }
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = queue.send(project="prod", select="uncertain", limit=1)
+    assert sent.run_ids == [ids["unsure"]]
+    assert sent.priority == {ids["sure-ok"]: 0.0, ids["sure-bad"]: 0.0, ids["unsure"]: 1.0}
+    by_run = {v.run_id: v for v in sent.verdicts}
+    assert by_run[ids["unsure"]].score is False and by_run[ids["unsure"]].episode_ids == ["p"]
+
+
+def test_send_where_the_judge_disagrees_with_other_signals(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    thumbs = {"type": "api"}
+    server.add_feedback(runs[2]["id"], "user_thumbs", score=0, feedback_source=thumbs)  # judge: ok
+    server.add_feedback(runs[4]["id"], "user_thumbs", score=1, feedback_source=thumbs)  # agrees
+    server.add_feedback(runs[3]["id"], "user_thumbs", score=1, feedback_source=thumbs)  # judge: no
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = queue.send(project="prod", select="disagreement", signal_keys=["user_thumbs"])
+    assert set(sent.run_ids) == {runs[2]["id"], runs[3]["id"]}
+    assert sent.priority[runs[4]["id"]] == 0.0
+    with pytest.raises(ValueError, match="signal_keys"):
+        queue.send(project="prod", select="disagreement")
+    with pytest.raises(ValueError, match="limit"):
+        queue.send(project="prod", select="sample")
+
+
+def test_cycle_pulls_completed_reviews_aligns_and_sends_more(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    queue = JudgeAnnotationQueue(judge, client)
+    first = queue.cycle(project="prod", select="all", limit=3, write_verdicts=True)
+    assert first.pulled.listed == 0 and len(first.sent.run_ids) == 3
+    reviewed, waiting = first.sent.run_ids[:2], first.sent.run_ids[2]
+    by_run = {v.run_id: v for v in first.sent.verdicts}
+    for v in first.sent.verdicts:  # the verdicts of sent runs are next to them, for reviewers
+        assert (v.feedback_id in server.feedback) == (v.run_id in first.sent.run_ids)
+    # One reviewer corrects the judge; another adds their own review. Only the first two
+    # items are marked done; the third review is not finished yet.
+    client.update_feedback(
+        by_run[reviewed[0]].feedback_id,
+        correction={"score": 0, "explanation": "Too terse for a customer."},
+    )
+    for run_id in (reviewed[1], waiting):
+        server.add_feedback(run_id, KEY, score=1, comment="Clear.",
+                            feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
+    queue.complete(reviewed)
+    assert {i["run_id"] for i in server.queue_items[queue.queue_id]
+            if i["status"] == "completed"} == set(reviewed)  # fmt: skip
+
+    second = queue.cycle(project="prod", select="all", limit=3)
+    assert second.pulled.listed == 2 and len(second.pulled.added) == 2
+    lesson = judge.get_feedback(f"langsmith:{by_run[reviewed[0]].feedback_id}")
+    assert (lesson.value, lesson.rationale) == (False, "Too terse for a customer.")
+    assert len(judge.feedback_ids) == 2  # the unfinished review waits for its item
+    assert len(second.sent.run_ids) == 3 and not set(second.sent.run_ids) & set(reviewed)
+
+    assert queue.pull().aligned == []  # nothing new
+    queue.complete([waiting])
+    assert len(queue.pull().added) == 1
+
+
+def test_older_servers_use_the_older_queue_api(judge: MemAlignJudge) -> None:
+    with LangSmithTestServer(version="0.16.0") as server:
+        client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
+        project = server.add_project("prod")
+        run = server.add_run(session_id=project["id"], inputs={"q": "x"}, outputs={"a": "y"})
+        queue = JudgeAnnotationQueue(judge, client)
+        assert queue.send(project="prod").run_ids == [run["id"]]
+        assert server.requests_to("/annotation-queues/", "POST")[-1].path.endswith("/runs/by-key")
+        server.add_feedback(run["id"], KEY, score=0, comment="Wrong.",
+                            feedback_source={"type": "app"})  # fmt: skip
+        queue.complete([run["id"]])
+        assert len(queue.pull().added) == 1
+        assert not server.requests_to("/platform")
+        client.close(timeout=5)
+
+
+async def test_async_twins(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = await queue.asend(runs=[runs[0]["id"]])
+    server.add_feedback(runs[0]["id"], KEY, score=1, feedback_source={"type": "app"})
+    queue.complete(sent.run_ids)
+    pulled = await queue.apull()
+    assert len(pulled.added) == 1
+    cycle = await queue.acycle(project="prod", select="all", limit=1)
+    assert len(cycle.sent.run_ids) == 1

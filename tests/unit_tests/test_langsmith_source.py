@@ -1,0 +1,532 @@
+"""LangSmithFeedbackSource against the real langsmith.Client and the local LangSmith server."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
+from langsmith import Client  # noqa: E402
+from langsmith import utils as ls_utils  # noqa: E402
+from langsmith_server import LangSmithTestServer  # noqa: E402
+from urllib3.util.retry import Retry  # noqa: E402
+
+from langchain_memalign import MemAlignJudge  # noqa: E402
+from langchain_memalign.langsmith import (  # noqa: E402
+    FeedbackMapping,
+    LangSmithFeedbackSource,
+)
+
+KEY = "helpfulness"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+
+
+@pytest.fixture
+def server() -> Iterator[LangSmithTestServer]:
+    with LangSmithTestServer(runs_page_size=2) as srv:
+        yield srv
+
+
+def make_client(server: LangSmithTestServer, **kwargs: Any) -> Client:
+    return Client(api_url=server.url, api_key="test", auto_batch_tracing=False, **kwargs)
+
+
+@pytest.fixture
+def client(server: LangSmithTestServer) -> Iterator[Client]:
+    c = make_client(server)
+    yield c
+    c.close(timeout=5)
+
+
+@pytest.fixture
+def model() -> ScriptedChatModel:
+    return ScriptedChatModel(responder=RoleResponder())
+
+
+@pytest.fixture
+def judge(model: ScriptedChatModel) -> MemAlignJudge:
+    return MemAlignJudge(
+        KEY, "Is it helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), scale=bool, k=3
+    )
+
+
+def human(server: LangSmithTestServer, run: dict[str, Any], score: Any, who: str, **kw: Any) -> str:
+    kw.setdefault("feedback_source", {"type": "app", "user_name": who})
+    return str(server.add_feedback(run["id"], KEY, score=score, **kw)["id"])
+
+
+@pytest.fixture
+def project(server: LangSmithTestServer) -> dict[str, Any]:
+    return server.add_project("prod")
+
+
+def add_run(server: LangSmithTestServer, project: dict[str, Any], i: int) -> dict[str, Any]:
+    return server.add_run(
+        session_id=project["id"],
+        name="bot",
+        inputs={"question": f"question {i}"},
+        outputs={"answer": f"answer {i}"},
+    )
+
+
+def fid(langsmith_id: str) -> str:
+    return f"langsmith:{langsmith_id}"
+
+
+# -- feedback in --------------------------------------------------------------------------------
+
+
+def test_sync_aligns_human_reviews_with_the_runs_resolved(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+) -> None:
+    runs = [add_run(server, project, i) for i in range(3)]
+    cold = human(server, runs[0], 0, "alice", comment="Correct but cold.")
+    good = human(
+        server, runs[1], 1, "bob", feedback_source={"type": "api", "metadata": {"annotator": "bob"}}
+    )
+    server.add_feedback(runs[2]["id"], KEY, score=1, feedback_source={"type": "model"})
+    server.add_feedback(runs[2]["id"], "other_key", score=0, feedback_source={"type": "app"})
+    other = server.add_project("other")
+    human(server, add_run(server, other, 9), 0, "zed")
+
+    report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+
+    assert sorted(report.aligned) == sorted([fid(cold), fid(good)])
+    assert report.added == report.aligned and report.listed == 2 and report.runs_fetched == 2
+    fb = judge.get_feedback(fid(cold))
+    assert fb.inputs == {"question": "question 0"} and fb.outputs == {"answer": "answer 0"}
+    assert (fb.value, fb.rationale, fb.annotator) == (False, "Correct but cold.", "alice")
+    assert fb.metadata["langsmith"]["run_id"] == runs[0]["id"]
+    assert fb.metadata["langsmith"]["source_type"] == "app"
+    assert judge.get_feedback(fid(good)).annotator == "bob"
+    assert any("Correct but cold" in g.text for g in judge.guidelines)
+    # plain strings for the source types: the enum would be sent as "FeedbackSourceType.API"
+    listing = server.requests_to("/feedback", "GET")[0]
+    assert listing.query["source"] == ["api", "app", "model"]
+    assert listing.query["key"] == [KEY] and listing.query["session"] == [project["id"]]
+    # runs are read with the current API (v2 query with the run keys)
+    queries = server.requests_to("/v2/runs/query", "POST")
+    assert len(queries) == 1 and queries[0].json["project_ids"] == [project["id"]]
+    assert not server.requests_to("/runs/query")
+
+
+def test_second_sync_fetches_no_run_and_adds_nothing(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+) -> None:
+    runs = [add_run(server, project, i) for i in range(3)]
+    for i, run in enumerate(runs):
+        human(server, run, i % 2, "alice", comment=f"reason {i}")
+    source = LangSmithFeedbackSource(client, project="prod")
+    first = source.sync(judge)
+    assert len(first.aligned) == 3
+    calls, reads = len(model.calls), len(server.requests_to("/v2/runs/query"))
+
+    again = LangSmithFeedbackSource(client, project="prod").sync(judge)  # a fresh source object
+    assert again.aligned == [] and again.align is None and again.runs_fetched == 0
+    assert len(model.calls) == calls and len(server.requests_to("/v2/runs/query")) == reads
+    assert len(judge.feedback_ids) == 3
+    state = judge.memory.store.get_meta(source.state_key(judge))
+    assert state["version"] == 1 and len(state["items"]) == 3 and state["cursor"]
+
+    # a new review is the only thing fetched next time
+    new = human(server, add_run(server, project, 7), 0, "bob", comment="new")
+    third = source.sync(judge)
+    assert third.aligned == [fid(new)] and third.runs_fetched == 1
+
+    # without its state, a sync reads everything again, and aligning it costs nothing
+    source.forget(judge)
+    calls = len(model.calls)
+    fourth = source.sync(judge)
+    assert len(fourth.aligned) == 4 and fourth.align is not None
+    assert len(fourth.align.unchanged) == 4 and len(model.calls) == calls
+
+
+def test_modified_review_replaces_its_episode(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+) -> None:
+    run = add_run(server, project, 0)
+    lsid = human(server, run, 1, "alice", comment="Looks fine.")
+    source = LangSmithFeedbackSource(client, project="prod")
+    source.sync(judge)
+    client.update_feedback(lsid, score=0, comment="Actually it ignores the question.")
+    report = source.sync(judge)
+    assert report.updated == [fid(lsid)] and report.added == []
+    fb = judge.get_feedback(fid(lsid))
+    assert (fb.value, fb.rationale) == (False, "Actually it ignores the question.")
+    assert judge.feedback_ids == [fid(lsid)]
+
+
+def test_correction_of_model_feedback_is_the_label(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+) -> None:
+    runs = [add_run(server, project, i) for i in range(3)]
+    model_source = {"type": "model"}
+    explained = server.add_feedback(
+        runs[0]["id"], KEY, score=1, comment="judge: helpful", feedback_source=model_source
+    )["id"]
+    commented = server.add_feedback(
+        runs[1]["id"], KEY, score=1, comment="judge: fine", feedback_source=model_source
+    )["id"]
+    untouched = server.add_feedback(runs[2]["id"], KEY, score=1, feedback_source=model_source)
+    source = LangSmithFeedbackSource(client, project="prod")
+    assert source.sync(judge).listed == 0  # the judge's own verdicts teach nothing
+
+    client.update_feedback(explained, correction={"score": 0, "explanation": "Too cold."})
+    client.update_feedback(commented, correction={"score": 0}, comment="Ignores the refund.")
+    report = source.sync(judge)
+
+    assert sorted(report.aligned) == sorted([fid(explained), fid(commented)])
+    a, b = judge.get_feedback(fid(explained)), judge.get_feedback(fid(commented))
+    assert (a.value, a.rationale) == (False, "Too cold.")
+    assert (b.value, b.rationale) == (False, "Ignores the refund.")
+    assert a.metadata["langsmith"]["kind"] == "correction"
+    assert fid(untouched["id"]) not in judge.feedback_ids
+
+    # corrections can be turned off
+    off = LangSmithFeedbackSource(client, project="prod", corrections=False, sync_id="off")
+    assert off.sync(judge).listed == 0
+
+
+def test_categorical_labels_and_invalid_values(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], model: ScriptedChatModel
+) -> None:
+    judge = MemAlignJudge(
+        "tone",
+        "Tone? {inputs} {outputs}",
+        model,
+        HashEmbeddings(),
+        scale=["Warm", "Neutral", "Cold"],
+    )
+    runs = [add_run(server, project, i) for i in range(4)]
+    by_value = server.add_feedback(runs[0]["id"], "tone", score=2, value="cold", comment="x")
+    by_score = server.add_feedback(runs[1]["id"], "tone", score=0)  # a UI pick: the index
+    bad = server.add_feedback(runs[2]["id"], "tone", score=7)
+    corrected = server.add_feedback(
+        runs[3]["id"],
+        "tone",
+        value="Warm",
+        feedback_source={"type": "model"},
+        correction={"value": "Neutral", "explanation": "Just informative."},
+    )
+    report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    assert judge.get_feedback(fid(by_value["id"])).value == "Cold"
+    assert judge.get_feedback(fid(by_score["id"])).value == "Warm"
+    assert judge.get_feedback(fid(corrected["id"])).value == "Neutral"
+    assert "score=7" in report.skipped[bad["id"]] and "categorical" in report.skipped[bad["id"]]
+    assert len(report.aligned) == 3
+
+
+# -- several reviewers --------------------------------------------------------------------------
+
+
+def _three_reviewers(server: LangSmithTestServer, run: dict[str, Any]) -> dict[str, str]:
+    return {
+        "alice": human(server, run, 0, "alice", comment="cold", created_at="2024-01-01T00:00:00Z",
+                       modified_at="2024-01-01T00:00:00Z"),
+        "carol": human(server, run, 0, "carol", comment="no empathy",
+                       created_at="2024-01-02T00:00:00Z", modified_at="2024-01-02T00:00:00Z"),
+        "bob": human(server, run, 1, "bob", comment="answers it",
+                     created_at="2024-01-03T00:00:00Z", modified_at="2024-01-03T00:00:00Z"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "kept", "resolution"),
+    [
+        ("keep_all", {"alice", "bob", "carol"}, None),
+        ("majority", {"alice", "carol"}, False),
+        ("latest", {"bob"}, True),
+    ],
+)
+def test_conflicting_reviewers(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    policy: Any,
+    kept: set[str],
+    resolution: Any,
+) -> None:
+    run = add_run(server, project, 0)
+    ids = _three_reviewers(server, run)
+    report = LangSmithFeedbackSource(client, project="prod", conflicts=policy).sync(judge)
+    assert set(judge.feedback_ids) == {fid(ids[who]) for who in kept}
+    assert {judge.get_feedback(i).annotator for i in judge.feedback_ids} == kept
+    [conflict] = report.conflicts
+    assert conflict.run_id == run["id"] and conflict.resolution == resolution
+    assert {v.annotator: v.label for v in conflict.votes} == {
+        "alice": False,
+        "carol": False,
+        "bob": True,
+    }
+    assert set(conflict.kept) == {fid(ids[who]) for who in kept}
+
+
+def test_policy_change_unaligns_dropped_reviews_and_corrections_win(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    run = add_run(server, project, 0)
+    ids = _three_reviewers(server, run)
+    LangSmithFeedbackSource(client, project="prod", sync_id="s").sync(judge)
+    assert len(judge.feedback_ids) == 3
+
+    latest = LangSmithFeedbackSource(client, project="prod", sync_id="s", conflicts="latest")
+    report = latest.sync(judge)
+    assert sorted(report.removed) == sorted([fid(ids["alice"]), fid(ids["carol"])])
+    assert judge.feedback_ids == [fid(ids["bob"])]
+
+    # a correction of the judge's verdict outranks the latest plain review
+    corr = server.add_feedback(
+        run["id"],
+        KEY,
+        score=1,
+        feedback_source={"type": "model"},
+        correction={"score": 0, "explanation": "Cold."},
+        created_at="2023-06-01T00:00:00Z",
+        modified_at="2023-06-01T00:00:00Z",
+    )["id"]
+    report = latest.sync(judge)
+    assert report.conflicts[0].resolution is False
+    assert set(judge.feedback_ids) == {fid(ids["alice"]), fid(ids["carol"]), fid(corr)}
+    assert report.removed == [fid(ids["bob"])]
+
+
+def test_same_reviewer_twice_keeps_their_latest_review(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    run = add_run(server, project, 0)
+    old = human(server, run, 1, "alice", created_at="2024-01-01T00:00:00Z",
+                modified_at="2024-01-01T00:00:00Z")  # fmt: skip
+    new = human(server, run, 0, "alice", comment="changed my mind")
+    report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    assert judge.feedback_ids == [fid(new)] and not report.conflicts
+    assert fid(old) not in judge.feedback_ids
+
+
+# -- deletions ------------------------------------------------------------------------------------
+
+
+def test_deleted_feedback_is_unaligned(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    runs = [add_run(server, project, i) for i in range(2)]
+    keep = human(server, runs[0], 1, "alice", comment="Direct answer.")
+    gone = human(server, runs[1], 0, "bob", comment="Too cold to the customer.")
+    source = LangSmithFeedbackSource(client, project="prod")
+    source.sync(judge)
+    assert any(fid(gone) in g.source_ids for g in judge.guidelines)
+
+    client.delete_feedback(gone)
+    report = source.sync(judge)
+    assert report.removed == [fid(gone)] and report.unalign is not None
+    assert judge.feedback_ids == [fid(keep)]
+    assert all(fid(gone) not in g.source_ids for g in judge.guidelines)
+    assert source.sync(judge).removed == []
+
+
+def test_deleted_feedback_can_be_kept(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    gone = human(server, add_run(server, project, 0), 0, "bob")
+    source = LangSmithFeedbackSource(client, project="prod", unalign_deleted=False)
+    source.sync(judge)
+    client.delete_feedback(gone)
+    assert source.sync(judge).removed == []
+    assert judge.feedback_ids == [fid(gone)]
+
+
+# -- pagination, runs and experiments ----------------------------------------------------------
+
+
+def test_many_pages_of_feedback_and_runs(judge: MemAlignJudge) -> None:
+    with LangSmithTestServer(runs_page_size=40) as server:
+        client = make_client(server)
+        _many_pages(server, client, judge)
+        client.close(timeout=5)
+
+
+def _many_pages(server: LangSmithTestServer, client: Client, judge: MemAlignJudge) -> None:
+    project = server.add_project("prod")
+    runs = [add_run(server, project, i) for i in range(105)]
+    ids = [human(server, run, i % 2, f"r{i}") for i, run in enumerate(runs)]
+    ids += [human(server, run, 1, f"s{i}") for i, run in enumerate(runs[:100])]
+    source = LangSmithFeedbackSource(client, project="prod", batch_size=80)
+    report = source.sync(judge)
+    pages = server.requests_to("/feedback", "GET")
+    assert [p.query["offset"] for p in pages] == [["0"], ["100"], ["200"]]
+    assert sorted(report.aligned) == sorted(fid(i) for i in ids)
+    assert len(judge.feedback_ids) == 205
+    # v2 run queries: chunks of at most 100 ids, each paged by the server (40 runs a page)
+    queries = server.requests_to("/v2/runs/query", "POST")
+    assert all(len(q.json["ids"]) <= 100 for q in queries)
+    assert [q.json.get("cursor") for q in queries][:3] == [None, "40", None]
+
+
+def test_source_over_runs_and_experiment_reference_outputs(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    dataset = client.create_dataset("golden")
+    [example] = client.create_examples(
+        dataset_id=dataset.id,
+        examples=[{"inputs": {"question": "q"}, "reference_outputs": {"answer": "reference"}}],
+    )["example_ids"]
+    experiment = server.add_project("exp-1", reference_dataset_id=str(dataset.id))
+    run = server.add_run(
+        session_id=experiment["id"],
+        inputs={"question": "q"},
+        outputs={"answer": "mine"},
+        reference_example_id=str(example),
+    )
+    lsid = human(server, run, 0, "alice", comment="Differs from the reference.")
+    other = add_run(server, experiment, 1)
+    human(server, other, 1, "bob")
+
+    LangSmithFeedbackSource(client, experiment="exp-1").sync(judge)
+    assert judge.get_feedback(fid(lsid)).reference_outputs == {"answer": "reference"}
+
+    fresh = MemAlignJudge(KEY, "{inputs} {outputs}", judge.model, HashEmbeddings())
+    LangSmithFeedbackSource(client, runs=[run["id"]]).sync(fresh)
+    assert fresh.feedback_ids == [fid(lsid)]
+    runs_query = server.requests_to("/feedback", "GET")[-1].query
+    assert runs_query["run"] == [run["id"]]
+
+
+def test_iterating_the_source_feeds_align(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    run = add_run(server, project, 0)
+    lsid = human(server, run, None, "alice", value="fail", comment="Rude.")
+    source = LangSmithFeedbackSource.for_judge(
+        judge,
+        client,
+        project=project["id"],
+        mapping=FeedbackMapping(inputs="run.inputs.question", outputs="run.outputs.answer"),
+    )
+    report = judge.align(source)
+    assert report.added == [fid(lsid)]
+    fb = judge.get_feedback(fid(lsid))
+    assert (fb.inputs, fb.outputs, fb.value) == ("question 0", "answer 0", False)
+    with pytest.raises(ValueError, match="needs its key"):
+        list(LangSmithFeedbackSource(client, project="prod"))
+
+
+# -- server errors and fallbacks ----------------------------------------------------------------
+
+
+def test_429_and_500_are_retried(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    lsid = human(server, add_run(server, project, 0), 0, "alice")
+    server.inject_failure("/feedback", status=429, method="GET")
+    server.inject_failure("/v2/runs/query", status=500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ls_utils.LangSmithWarning)
+        report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    assert report.aligned == [fid(lsid)]
+    assert [r.status for r in server.requests_to("/feedback", "GET")] == [429, 200]
+    assert [r.status for r in server.requests_to("/v2/runs/query")] == [500, 200]
+
+
+def test_failed_sync_resumes_without_duplicates(
+    monkeypatch: pytest.MonkeyPatch, judge: MemAlignJudge
+) -> None:
+    with LangSmithTestServer(runs_v2=False) as server:
+        client = make_client(
+            server,
+            retry_config=Retry(total=1, status_forcelist=[500], allowed_methods=None,
+                               raise_on_status=False),
+        )  # fmt: skip
+        project = server.add_project("prod")
+        ids = [human(server, add_run(server, project, i), i % 2, f"r{i}") for i in range(5)]
+        source = LangSmithFeedbackSource(client, project="prod", batch_size=2)
+        server.inject_failure("/runs/query", status=500, times=10, after=1)
+        with pytest.raises(ls_utils.LangSmithError):
+            source.sync(judge)
+        assert len(judge.feedback_ids) == 2  # the first batch is kept
+
+        server.clear_faults()
+        report = source.sync(judge)
+        assert len(report.aligned) == 3 and report.runs_fetched == 3
+        assert sorted(judge.feedback_ids) == sorted(fid(i) for i in ids)
+        assert source.sync(judge).aligned == []
+        client.close(timeout=5)
+
+
+@pytest.mark.parametrize("version", ["0.16.14", "0.15.3"])
+def test_older_servers_use_the_older_run_api(version: str, judge: MemAlignJudge) -> None:
+    with LangSmithTestServer(runs_v2=False, version=version) as server:
+        client = make_client(server)
+        project = server.add_project("prod")
+        lsid = human(server, add_run(server, project, 0), 0, "alice")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+            human(server, add_run(server, project, 1), 1, "bob")
+            LangSmithFeedbackSource(client, project="prod").sync(judge)
+        assert report.aligned == [fid(lsid)] and len(judge.feedback_ids) == 2
+        v2 = server.requests_to("/v2/runs/query")
+        assert len(v2) == (1 if version == "0.16.14" else 0)  # tried once, then remembered
+        assert len(server.requests_to("/runs/query")) == 2
+        assert not [w for w in caught if issubclass(w.category, DeprecationWarning)]
+        client.close(timeout=5)
+
+
+def test_missing_run_is_retried_on_the_next_sync(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    run_id = str(uuid.uuid4())
+    lsid = str(server.add_feedback(run_id, KEY, score=0, session_id=project["id"],
+                                   feedback_source={"type": "app"})["id"])  # fmt: skip
+    source = LangSmithFeedbackSource(client, project="prod")
+    report = source.sync(judge)
+    assert "was not found" in report.skipped[lsid] and judge.feedback_ids == []
+    server.add_run(id=run_id, session_id=project["id"], inputs={"q": "late"}, outputs={"a": "x"})
+    assert source.sync(judge).aligned == [fid(lsid)]
+
+
+def test_arguments_are_checked(client: Client) -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        LangSmithFeedbackSource(client)
+    with pytest.raises(ValueError, match="exactly one"):
+        LangSmithFeedbackSource(client, project="p", runs=[])
+    with pytest.raises(ValueError, match="conflicts"):
+        LangSmithFeedbackSource(client, project="p", conflicts="vote")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not a run id"):
+        LangSmithFeedbackSource(client, runs=["nope"])
+
+
+async def test_async_sync(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    lsid = human(server, add_run(server, project, 0), 1, "alice")
+    report = await LangSmithFeedbackSource(client, project="prod").async_sync(judge)
+    assert report.aligned == [fid(lsid)]
