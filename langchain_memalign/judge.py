@@ -27,6 +27,7 @@ from langchain_memalign.errors import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge_graph import JudgeState, build_judge_graph
 from langchain_memalign.memory import JudgeMemory
+from langchain_memalign.metrics import AgreementReport, aevaluate_agreement, evaluate_agreement
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
 from langchain_memalign.scale import Scale, ScaleSpec
@@ -238,6 +239,48 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         return self.invoke(
             {"inputs": inputs, "outputs": outputs, "reference_outputs": reference_outputs},
             config,
+        )
+
+    # -- measuring agreement ----------------------------------------------------------------
+
+    def evaluate(
+        self,
+        feedback: Iterable[Feedback | dict[str, Any]],
+        config: RunnableConfig | None = None,
+        *,
+        ordinal: bool | None = None,
+        max_concurrency: int | None = None,
+    ) -> AgreementReport:
+        """Judge labelled cases and report agreement with the human labels.
+
+        Nothing is aligned: the feedback is only graded and compared. The
+        report holds accuracy, Cohen's kappa (weighted for ordinal scales), CCC
+        and MAE for numeric scales, a confusion matrix, every disagreement
+        with both rationales, and agreement among human annotators where a case
+        carries several labels (`metadata["annotator_labels"]`).
+
+        Args:
+            feedback: Labelled cases (`Feedback` or dicts of its fields).
+            config: Runnable config for the judgments (callbacks, tags).
+            ordinal: Whether the scale's values are ordered (for weighted kappa);
+                defaults to True for numeric scales only.
+            max_concurrency: Parallel judgments.
+        """
+        return evaluate_agreement(
+            self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
+        )
+
+    async def aevaluate(
+        self,
+        feedback: Iterable[Feedback | dict[str, Any]],
+        config: RunnableConfig | None = None,
+        *,
+        ordinal: bool | None = None,
+        max_concurrency: int | None = None,
+    ) -> AgreementReport:
+        """Async twin of `evaluate`."""
+        return await aevaluate_agreement(
+            self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
 
     # -- aligning ---------------------------------------------------------------------------

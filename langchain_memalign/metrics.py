@@ -663,6 +663,28 @@ def _alpha_labels(scale: Scale, labels: list[Any]) -> list[Any] | None:
     return None if scale.kind == "numeric" else labels
 
 
+def _prepare(
+    judge: Any,
+    feedback: Iterable[Feedback | dict[str, Any]],
+    config: RunnableConfig | None,
+    scale: ScaleSpec | None,
+    max_concurrency: int | None,
+) -> tuple[list[Feedback], list[dict[str, Any]], ScaleSpec, RunnableConfig, UsageCallbackHandler]:
+    items = [fb if isinstance(fb, Feedback) else Feedback.model_validate(fb) for fb in feedback]
+    spec = scale if scale is not None else getattr(judge, "scale", None)
+    if spec is None:
+        raise ValueError("pass `scale=` for a judge without a `scale` attribute")
+    counter = UsageCallbackHandler()
+    cfg = with_callback(config, counter)
+    if max_concurrency is not None:
+        cfg["max_concurrency"] = max_concurrency
+    cases = [
+        {"inputs": fb.inputs, "outputs": fb.outputs, "reference_outputs": fb.reference_outputs}
+        for fb in items
+    ]
+    return items, cases, spec, cfg, counter
+
+
 def evaluate_agreement(
     judge: BatchJudge,
     feedback: Iterable[Feedback | dict[str, Any]],
@@ -686,20 +708,33 @@ def evaluate_agreement(
     A judgment that fails is recorded in the report, not raised. LLM calls and
     tokens are counted with a callback handler; seconds are wall time.
     """
-    items = [fb if isinstance(fb, Feedback) else Feedback.model_validate(fb) for fb in feedback]
-    spec = scale if scale is not None else getattr(judge, "scale", None)
-    if spec is None:
-        raise ValueError("pass `scale=` for a judge without a `scale` attribute")
-    counter = UsageCallbackHandler()
-    cfg = with_callback(config, counter)
-    if max_concurrency is not None:
-        cfg["max_concurrency"] = max_concurrency
+    items, cases, spec, cfg, counter = _prepare(judge, feedback, config, scale, max_concurrency)
     started = time.perf_counter()
-    cases = [
-        {"inputs": fb.inputs, "outputs": fb.outputs, "reference_outputs": fb.reference_outputs}
-        for fb in items
-    ]
     results = judge.batch(cases, cfg, return_exceptions=True) if cases else []
+    return agreement_report(
+        items,
+        results,
+        spec,
+        name=str(getattr(judge, "name", None) or "judge"),
+        ordinal=ordinal,
+        usage=counter.usage(),
+        seconds=time.perf_counter() - started,
+    )
+
+
+async def aevaluate_agreement(
+    judge: Any,
+    feedback: Iterable[Feedback | dict[str, Any]],
+    config: RunnableConfig | None = None,
+    *,
+    scale: ScaleSpec | None = None,
+    ordinal: bool | None = None,
+    max_concurrency: int | None = None,
+) -> AgreementReport:
+    """Async twin of `evaluate_agreement` (judges with `judge.abatch`)."""
+    items, cases, spec, cfg, counter = _prepare(judge, feedback, config, scale, max_concurrency)
+    started = time.perf_counter()
+    results = await judge.abatch(cases, cfg, return_exceptions=True) if cases else []
     return agreement_report(
         items,
         results,

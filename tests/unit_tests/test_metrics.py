@@ -282,3 +282,23 @@ def test_usage_handler_counts_calls_and_tokens() -> None:
     model.invoke("hello there", config={"callbacks": [handler]})
     usage = handler.usage()
     assert usage.llm_calls == 1 and usage.output_tokens == 10 and usage.input_tokens >= 1
+
+
+def test_judge_evaluate_reports_agreement_without_aligning(make_judge: Any) -> None:
+    judge = make_judge()
+    rep = judge.evaluate([SWEATER, HOURS, RUDE], max_concurrency=2)
+    assert rep.name == "helpfulness" and rep.n == 3
+    assert rep.accuracy == pytest.approx(1 / 3)
+    assert {d.id for d in rep.disagreements} == {"sweater", "rude"}
+    assert judge.feedback_ids == [] and judge.guidelines == []  # graded, not learned
+
+
+async def test_judge_aevaluate_matches_evaluate(make_judge: Any, model: ScriptedChatModel) -> None:
+    judge = make_judge()
+    judge.align([SWEATER])
+    sync = judge.evaluate([SWEATER, HOURS, RUDE])
+    calls = len(model.calls)
+    rep = await judge.aevaluate([SWEATER, HOURS, RUDE], max_concurrency=3)
+    assert [c.judge for c in rep.cases] == [c.judge for c in sync.cases] == [False, False, False]
+    assert rep.usage.llm_calls == 3 == len(model.calls) - calls
+    assert [d.id for d in rep.disagreements] == ["hours"]
