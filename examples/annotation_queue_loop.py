@@ -140,7 +140,8 @@ def langsmith_client(use_env: bool) -> Iterator[langsmith.Client]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from langsmith_server import LangSmithTestServer  # type: ignore[import-not-found]
 
-    with LangSmithTestServer() as server:
+    # zstd-compressed ingestion, as LangSmith itself offers it (the client warns otherwise)
+    with LangSmithTestServer(zstd_compression=True) as server:
         print(f"Local LangSmith test server at {server.url}")
         client = langsmith.Client(api_url=server.url, api_key="local")
         yield client

@@ -48,6 +48,12 @@ class JudgeConfig(BaseModel):
         description="Breadth of an HNSW search: higher is more exact and slower "
         "(recall@5 was 0.998 on 5k real MiniLM vectors at 96, 0.90 on 1M synthetic ones).",
     )  # fmt: skip
+    reuse_expert_verdicts: bool = Field(
+        default=True,
+        description="Answer with the experts' verdict, without a model call, when the case "
+        "is one they graded (same inputs, outputs and reference outputs) and every retrieved "
+        "expert verdict on it agrees.",
+    )
     max_retries: int = Field(
         default=2, ge=0, description="Retries when a model returns malformed output."
     )

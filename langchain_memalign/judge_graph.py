@@ -20,10 +20,11 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from langchain_memalign._text import render
 from langchain_memalign._weak import weak_node
 from langchain_memalign.episodic import Episode
 from langchain_memalign.memory import JudgeMemory
-from langchain_memalign.prompts import judge_messages
+from langchain_memalign.prompts import format_value, judge_messages
 from langchain_memalign.semantic import Guideline
 from langchain_memalign.structured import StructuredCaller
 
@@ -112,13 +113,50 @@ class JudgeNodes:
             }
         }
 
+    # An expert already graded this very case: asking the model again can only
+    # contradict them (small models do, even with the case in their prompt), and
+    # costs a call. Conflicting experts are left to the model.
+    def expert_verdict(self, state: JudgeState) -> dict[str, Any] | None:
+        """The experts' verdict when the case is one they graded and they agree, else None."""
+        if not self.memory.config.reuse_expert_verdicts:
+            return None
+        case = tuple(render(state.get(k)) for k in ("inputs", "outputs", "reference_outputs"))
+        same = [
+            ep
+            for ep in state.get("episodes") or []
+            if (render(ep.inputs), render(ep.outputs), render(ep.reference_outputs)) == case
+        ]
+        if not same or len({format_value(ep.value) for ep in same}) != 1:
+            return None
+        reasons = list(dict.fromkeys(ep.rationale for ep in same if ep.rationale))
+        ids = [ep.feedback_id for ep in same]
+        return {
+            "result": {
+                "key": self.memory.config.name,
+                "score": same[0].value,
+                "comment": " ".join(reasons)
+                or f"Graded {format_value(same[0].value)} by an expert ({', '.join(ids)}).",
+                "metadata": {
+                    "guideline_ids": [],
+                    "episode_ids": ids,
+                    "expert_feedback_ids": ids,
+                },
+            }
+        }
+
     def judge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Grade the case with the working memory in the prompt."""
+        known = self.expert_verdict(state)
+        if known is not None:
+            return known
         verdict, _ = self.verdict.invoke(self._messages(state), config)
         return self._result(state, verdict)
 
     async def ajudge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Async twin of `judge`."""
+        known = self.expert_verdict(state)
+        if known is not None:
+            return known
         verdict, _ = await self.verdict.ainvoke(self._messages(state), config)
         return self._result(state, verdict)
 

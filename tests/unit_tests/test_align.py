@@ -209,7 +209,7 @@ def test_judgments_stay_within_guideline_budget(make_judge: Any, model: Any) -> 
     judge = make_judge(guideline_token_budget=60)
     judge.align(items)
     assert sum(g.tokens for g in judge.guidelines) > 60
-    result = judge.invoke({"inputs": "topic3 question", "outputs": "a"})
+    result = judge.invoke({"inputs": "topic3 question", "outputs": "another answer"})
     chosen = result["metadata"]["guideline_ids"]
     assert 0 < len(chosen) < len(judge.guidelines)
     assert sum(g.tokens for g in judge.guidelines if g.id in chosen) <= 60
@@ -261,8 +261,10 @@ def test_numeric_scores_stay_numbers(make_judge: Any, model: Any) -> None:
     judge = make_judge(scale=(1, 5))
     judge.align([Feedback(id="n", inputs="q", outputs="a", value="3", rationale="meh")])
     assert judge.get_feedback("n").value == 3 and isinstance(judge.get_feedback("n").value, int)
-    result = judge.invoke({"inputs": "q", "outputs": "a"})
+    result = judge.invoke({"inputs": "q", "outputs": "b"})
     assert result["score"] == 4 and isinstance(result["score"], int)
+    seen = judge.invoke({"inputs": "q", "outputs": "a"})  # the expert's own verdict, reused
+    assert seen["score"] == 3 and isinstance(seen["score"], int)
 
 
 async def test_async_align_and_unalign(make_judge: Any) -> None:

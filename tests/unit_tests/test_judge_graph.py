@@ -143,3 +143,46 @@ def test_unmentioned_case_parts_are_appended(make_judge: Any, model: Any) -> Non
     )
     case = model.calls[-1][1].content
     assert "Inputs:\n2+2?" in case and "Outputs:\n4" in case and "Reference outputs:\n4" in case
+
+
+def test_a_case_the_experts_graded_gets_their_verdict_without_a_model_call(
+    make_judge: Any, model: Any
+) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    calls = len(model.calls)
+    result = judge.invoke({"inputs": HOURS.inputs, "outputs": HOURS.outputs})
+    assert len(model.calls) == calls
+    assert result["score"] is True and result["comment"] == HOURS.rationale
+    assert result["metadata"]["expert_feedback_ids"] == ["hours"]
+    # the same question with another reply is judged by the model
+    other = judge.invoke({"inputs": HOURS.inputs, "outputs": "Check the website."})
+    assert len(model.calls) == calls + 1 and "expert_feedback_ids" not in other["metadata"]
+
+
+def test_conflicting_experts_leave_the_case_to_the_model(make_judge: Any, model: Any) -> None:
+    judge = make_judge()
+    second = HOURS.model_copy(update={"id": "hours-bob", "value": False, "annotator": "bob"})
+    judge.align([HOURS, second])
+    calls = len(model.calls)
+    result = judge.invoke({"inputs": HOURS.inputs, "outputs": HOURS.outputs})
+    assert len(model.calls) == calls + 1
+    assert "expert_feedback_ids" not in result["metadata"]
+    assert set(result["metadata"]["episode_ids"]) >= {"hours", "hours-bob"}
+
+
+def test_reusing_expert_verdicts_can_be_turned_off(make_judge: Any, model: Any) -> None:
+    judge = make_judge(reuse_expert_verdicts=False)
+    judge.align([SWEATER])
+    calls = len(model.calls)
+    result = judge.invoke({"inputs": SWEATER.inputs, "outputs": SWEATER.outputs})
+    assert len(model.calls) == calls + 1 and "expert_feedback_ids" not in result["metadata"]
+
+
+def test_unaligned_feedback_is_not_reused(make_judge: Any, model: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    judge.unalign(["hours"])
+    calls = len(model.calls)
+    result = judge.invoke({"inputs": HOURS.inputs, "outputs": HOURS.outputs})
+    assert len(model.calls) == calls + 1 and "hours" not in result["metadata"]["episode_ids"]
