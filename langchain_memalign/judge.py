@@ -12,7 +12,7 @@ from typing import Any, cast
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.rate_limiters import BaseRateLimiter
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
@@ -118,9 +118,9 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
             build_align_graph(memory, self.reflection_model)
         )
-        self._chain = (
-            _PrepareCases(memory) | self.graph | RunnableLambda(_take_result)
-        ).with_config(run_name=self.name)
+        self._chain = (_PrepareCases(memory) | self.graph | _TakeResult()).with_config(
+            run_name=self.name
+        )
 
     @classmethod
     def load(
@@ -435,8 +435,14 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         self.memory.store.close()
 
 
-def _take_result(state: dict[str, Any]) -> dict[str, Any]:
-    return cast(dict[str, Any], state["result"])
+class _TakeResult(Runnable[dict[str, Any], dict[str, Any]]):
+    """The judgment from the graph's final state (a plain step: no trace of its own)."""
+
+    def invoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Return `input["result"]`."""
+        return cast(dict[str, Any], input["result"])
 
 
 class _PrepareCases(Runnable[dict[str, Any], JudgeState]):

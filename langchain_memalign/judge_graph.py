@@ -16,12 +16,12 @@ from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.rate_limiters import BaseRateLimiter
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign._text import render
-from langchain_memalign._weak import weak_node
+from langchain_memalign._weak import weak_runnable
 from langchain_memalign.episodic import Episode
 from langchain_memalign.memory import JudgeMemory
 from langchain_memalign.prompts import format_value, judge_messages
@@ -170,15 +170,12 @@ def build_judge_graph(
 ) -> CompiledStateGraph[JudgeState, None, JudgeState, JudgeState]:
     """Compile the judgment graph for a memory and a chat model."""
     nodes = JudgeNodes(memory, model, rate_limiter)
-    w = weak_node
+    w = weak_runnable
     graph = StateGraph(JudgeState)
-    graph.add_node("embed_case", RunnableLambda(w(nodes.embed_case), afunc=w(nodes.aembed_case)))
+    graph.add_node("embed_case", w(nodes.embed_case, nodes.aembed_case))
     graph.add_node("load_guidelines", w(nodes.load_guidelines))
-    graph.add_node(
-        "retrieve_episodes",
-        RunnableLambda(w(nodes.retrieve_episodes), afunc=w(nodes.aretrieve_episodes)),
-    )
-    graph.add_node("judge", RunnableLambda(w(nodes.judge), afunc=w(nodes.ajudge)))
+    graph.add_node("retrieve_episodes", w(nodes.retrieve_episodes, nodes.aretrieve_episodes))
+    graph.add_node("judge", w(nodes.judge, nodes.ajudge))
     graph.add_edge(START, "embed_case")
     graph.add_edge("embed_case", "load_guidelines")
     graph.add_edge("embed_case", "retrieve_episodes")
