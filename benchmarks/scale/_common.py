@@ -83,6 +83,17 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def env_info() -> dict[str, Any]:
     """What the figures were measured on."""
     import faiss
@@ -108,6 +119,10 @@ def env_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        # the cores this process may run on (a run pinned with taskset has fewer)
+        "cpu_affinity": len(os.sched_getaffinity(0)),
+        "cpu_model": _cpu_model(),
+        "machine_label": os.environ.get("MEMALIGN_BENCH_MACHINE", "dev box"),
         "faiss": faiss.__version__,
         "faiss_omp_threads": faiss.omp_get_max_threads(),
         "langchain_core": langchain_core.__version__,
