@@ -1046,7 +1046,8 @@ def cmd_curve(ctx: _Context) -> int:
             embeddings=models.embeddings,
             scale=cfg.scale,
             reflection_model=models.reflection,
-            **cfg.options(),
+            # the model grades seen cases too: the curve shows what it learned from them
+            **{**cfg.options(), "reuse_expert_verdicts": False},
         )
 
     points = [s for s in shards if s <= n_train]
