@@ -444,6 +444,35 @@ class _TakeResult(Runnable[dict[str, Any], dict[str, Any]]):
         """Return `input["result"]`."""
         return cast(dict[str, Any], input["result"])
 
+    # The defaults would hand this dict lookup to a thread pool.
+    async def ainvoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Async twin of `invoke` (no thread hop)."""
+        return self.invoke(input)
+
+    def batch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """`invoke` over a batch, in this thread."""
+        return [self.invoke(i) for i in inputs]
+
+    async def abatch(
+        self,
+        inputs: list[dict[str, Any]],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Async twin of `batch`."""
+        return [self.invoke(i) for i in inputs]
+
 
 class _PrepareCases(Runnable[dict[str, Any], JudgeState]):
     """Validate judge inputs and embed every case of a batch in one call."""
