@@ -93,9 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     curve.config = {"argv": sys.argv, **{k: v for k, v in vars(args).items() if k != "out"}}
     curve.save(args.out)
-    metric = "weighted_kappa" if spec.ordinal else "accuracy"
     curve.plot(args.plot, metric="accuracy")
-    curve.plot(Path(args.plot).with_name(Path(args.plot).stem + f"_{metric}.png"), metric=metric)
+    if spec.ordinal:
+        # Exact accuracy hides how far off an ordinal rating is; weighted kappa shows it.
+        kappa_png = Path(args.plot).with_name(Path(args.plot).stem + "_weighted_kappa.png")
+        curve.plot(kappa_png, metric="weighted_kappa")
     for split in ("test", "seen"):
         print(split, {n: round(v, 3) for n, v in curve.mean("accuracy", split).items()})
     return 0
