@@ -37,6 +37,7 @@ _RUN_SELECTS = [
     "START_TIME",
     "TRACE_ID",
     "REFERENCE_EXAMPLE_ID",
+    "EXTRA",
 ]
 _CHUNK = 100
 _FALLBACK_STATUS = {404, 405, 501}
@@ -215,6 +216,14 @@ class LangSmithAPI:
             feedback_key=[key], feedback_source_type=sources, **kwargs
         )
 
+    def feedback_exists(self, feedback_id: str) -> bool:
+        """Whether a feedback record still exists (only a not-found answer says it doesn't)."""
+        try:
+            self.client.read_feedback(feedback_id)
+        except ls_utils.LangSmithNotFoundError:
+            return False
+        return True
+
     # -- runs ----------------------------------------------------------------------------
 
     def read_runs(
@@ -358,6 +367,7 @@ class LangSmithAPI:
             return
         items = self._queue_items()
         if items is not None:
+            sent = 0
             try:
                 for i in range(0, len(runs), _CHUNK):
                     batch = []
@@ -369,11 +379,13 @@ class LangSmithAPI:
                             item["start_time"] = run.start_time.isoformat()
                         batch.append(item)
                     items.create(queue_id, items=batch)
+                    sent += len(batch)
                 return
             except Exception as e:
                 if not _is_unsupported(e):
                     raise
                 self._use_queue_items = False
+            runs = runs[sent:]  # what the newer API took must not be queued twice
         keys = [run.run_key() for run in runs]
         with _legacy():
             if all(k is not None for k in keys):
@@ -462,4 +474,5 @@ def _from_v2(run: Any) -> RunRecord:
         reference_example_id=run.reference_example_id,
         trace_id=run.trace_id,
         name=run.name,
+        extra=dict(run.extra or {}),
     )

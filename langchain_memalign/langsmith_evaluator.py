@@ -73,8 +73,25 @@ def evaluation_result(
         **_verdict_fields(judge.scale, result["score"]),
         comment=result.get("comment"),
         metadata={"judge": judge.config.name, **metadata},
+        evaluator_info=_source_info(judge, result),
         source_run_id=source_run_id,
     )
+
+
+def _source_info(judge: MemAlignJudge, result: dict[str, Any]) -> dict[str, Any]:
+    """The feedback's source info: the judge's mark and the memory ids it used.
+
+    LangSmith drops an evaluation result's `metadata` but keeps this. The mark
+    (with a digest of the comment) lets a sync tell a reviewer's correction
+    from the judge's own comment.
+    """
+    meta = result.get("metadata") or {}
+    return {
+        "memalign_judge": judge.config.name,
+        "memalign_comment": comment_digest(result.get("comment")),
+        "guideline_ids": list(meta.get("guideline_ids") or []),
+        "episode_ids": list(meta.get("episode_ids") or []),
+    }
 
 
 @contextlib.contextmanager
@@ -190,7 +207,7 @@ def ajudge_evaluator(judge: MemAlignJudge) -> Callable[..., Awaitable[dict[str, 
 
 def _result_dict(judge: MemAlignJudge, result: dict[str, Any]) -> dict[str, Any]:
     out = evaluation_result(judge, result).model_dump(
-        include={"key", "score", "value", "comment", "metadata"}
+        include={"key", "score", "value", "comment", "metadata", "evaluator_info"}
     )
     return {k: v for k, v in out.items() if v is not None}
 
@@ -218,17 +235,11 @@ def _in_langsmith_test() -> bool:
 def _log_verdict(judge: MemAlignJudge, result: dict[str, Any]) -> None:
     from langsmith import testing
 
-    meta = result.get("metadata") or {}
     testing.log_feedback(
         key=result["key"],
         **_verdict_fields(judge.scale, result["score"]),
         comment=result.get("comment"),
-        source_info={
-            "memalign_judge": judge.config.name,
-            "memalign_comment": comment_digest(result.get("comment")),
-            "guideline_ids": list(meta.get("guideline_ids") or []),
-            "episode_ids": list(meta.get("episode_ids") or []),
-        },
+        source_info=_source_info(judge, result),
     )
 
 
@@ -399,12 +410,16 @@ def _write_verdict(
         comment=verdict.comment,
         feedback_source_type="model",
         source_run_id=verdict.judge_run_id,
-        source_info={
-            "memalign_judge": judge.config.name,
-            "memalign_comment": comment_digest(verdict.comment),
-            "guideline_ids": verdict.guideline_ids,
-            "episode_ids": verdict.episode_ids,
-        },
+        source_info=_source_info(
+            judge,
+            {
+                "comment": verdict.comment,
+                "metadata": {
+                    "guideline_ids": verdict.guideline_ids,
+                    "episode_ids": verdict.episode_ids,
+                },
+            },
+        ),
         feedback_id=fid,
         session_id=run.project_id,
     )

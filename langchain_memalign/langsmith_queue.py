@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any, Literal, cast
@@ -111,6 +112,7 @@ class JudgeAnnotationQueue:
         self.mapping = mapping or FeedbackMapping()
         self.conflicts: ConflictPolicy = conflicts
         self._queue_id = None if queue_id is None else str(queue_id)
+        self._ensure_lock = threading.Lock()  # two first cycles must not create two queues
 
     # -- the queue -------------------------------------------------------------------------
 
@@ -129,6 +131,12 @@ class JudgeAnnotationQueue:
         """Create the queue (or find it by name) with the judge's rubric; its id."""
         if self._queue_id is not None:
             return self._queue_id
+        with self._ensure_lock:
+            if self._queue_id is None:
+                self._queue_id = self._find_or_create()
+        return self._queue_id
+
+    def _find_or_create(self) -> str:
         self.api.ensure_feedback_config(self.judge.config.name, feedback_config(self.judge.scale))
         queue = self.api.find_queue(self.name)
         if queue is None:
@@ -153,8 +161,7 @@ class JudgeAnnotationQueue:
                 ]
                 items = [*kept, self._rubric_item()]
                 self.client.update_annotation_queue(queue.id, rubric_items=items)
-        self._queue_id = str(queue.id)
-        return self._queue_id
+        return str(queue.id)
 
     @property
     def queue_id(self) -> str:

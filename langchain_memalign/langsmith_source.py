@@ -131,7 +131,9 @@ class SyncReport(BaseModel):
 
     listed: int = Field(default=0, description="Human reviews and corrections found.")
     aligned: list[str] = Field(
-        default_factory=list, description="Feedback ids aligned because new or modified."
+        default_factory=list,
+        description="Feedback ids aligned because new or modified (those whose reflection "
+        "failed are in `failed` instead).",
     )
     removed: list[str] = Field(
         default_factory=list,
@@ -156,6 +158,11 @@ class SyncReport(BaseModel):
     def updated(self) -> list[str]:
         """Feedback ids whose label, rationale or case changed."""
         return self.align.updated if self.align else []
+
+    @property
+    def failed(self) -> list[str]:
+        """Feedback ids stored but not yet distilled (reflection failed; retried next sync)."""
+        return self.align.failed if self.align else []
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,9 @@ class _Review:
 
     @property
     def at(self) -> dt.datetime:
-        return self.modified_at or self.created_at or dt.datetime.min.replace(tzinfo=dt.UTC)
+        # Naive server times are UTC; comparing them with aware ones would raise.
+        t = self.modified_at or self.created_at or dt.datetime.min
+        return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 class LangSmithFeedbackSource:
@@ -288,7 +297,9 @@ class LangSmithFeedbackSource:
 
     def _list(self, key: str, scale: Scale | None) -> tuple[list[_Review], dict[str, str]]:
         wanted = set(self.source_types) | ({"model"} if self.corrections else set())
-        reviews: list[_Review] = []
+        # Offset pages can overlap when feedback is added during the listing: keep one
+        # copy of each record (the latest), or it would be aligned and counted twice.
+        reviews: dict[str, _Review] = {}
         skipped: dict[str, str] = {}
         for fb in self.api.list_feedback(
             key=key,
@@ -298,8 +309,10 @@ class LangSmithFeedbackSource:
         ):
             review = self._review(fb, scale, skipped)
             if review is not None:
-                reviews.append(review)
-        return reviews, skipped
+                seen = reviews.get(review.langsmith_id)
+                if seen is None or review.at >= seen.at:
+                    reviews[review.langsmith_id] = review
+        return list(reviews.values()), skipped
 
     def _review(
         self, fb: ls_schemas.Feedback, scale: Scale | None, skipped: dict[str, str]
@@ -466,6 +479,10 @@ class LangSmithFeedbackSource:
                 gone = lsid not in present
                 if gone and not self.unalign_deleted:
                     continue
+                # Missing from a listing is not proof of deletion (a short page, offsets
+                # shifted by a concurrent delete): only the server's not-found is.
+                if gone and self.api.feedback_exists(lsid):
+                    continue
                 if gone or lsid not in kept:
                     if entry.get("id") in stored:
                         remove.append(entry["id"])
@@ -505,10 +522,20 @@ class LangSmithFeedbackSource:
                 state["cursor"] = max(stamps) if stamps else None
                 store.set_meta(state_key, state)
             store.set_meta(state_key, state)
+            if not reports and store.pending_reflection():
+                # An earlier sync stored feedback whose reflection failed: retry it now,
+                # even though LangSmith has nothing new.
+                reports.append(judge.align([], raise_on_failure=False))
 
+        failed = {i for rep in reports for i in rep.failed}
         return SyncReport(
             listed=len(reviews),
-            aligned=[fb for rep in reports for fb in rep.added + rep.updated + rep.unchanged],
+            aligned=[
+                fb
+                for rep in reports
+                for fb in rep.added + rep.updated + rep.unchanged
+                if fb not in failed
+            ],
             removed=sorted(set(remove)),
             skipped=skipped,
             conflicts=conflicts,

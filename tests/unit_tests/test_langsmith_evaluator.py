@@ -20,6 +20,7 @@ from langsmith.evaluation import EvaluationResult  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 
 from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
+from langchain_memalign._langsmith_fields import comment_digest  # noqa: E402
 from langchain_memalign.langsmith import (  # noqa: E402
     JudgeRunEvaluator,
     LangSmithFeedbackSource,
@@ -170,6 +171,13 @@ def test_categorical_verdicts_are_values(model: ScriptedChatModel) -> None:
         "score": 2,
         "comment": "Curt.",
         "metadata": {"judge": "tone", "guideline_ids": [], "episode_ids": []},
+        # LangSmith keeps this with the feedback (it drops `metadata`)
+        "evaluator_info": {
+            "memalign_judge": "tone",
+            "memalign_comment": comment_digest("Curt."),
+            "guideline_ids": [],
+            "episode_ids": [],
+        },
     }
     run = langsmith.schemas.Run(
         id="00000000-0000-4000-8000-000000000009",
@@ -250,6 +258,25 @@ def test_verdicts_written_as_model_feedback_linked_to_the_judge_run(
     assert not by_run[wrong.run_id].kept_correction
     assert by_run[wrong.run_id].feedback_id == wrong.feedback_id
     assert server.feedback[right.feedback_id]["correction"]["score"] == 1
+
+
+def test_uploaded_verdicts_carry_the_judge_mark_so_bare_corrections_keep_no_judge_words(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, dataset: str
+) -> None:
+    results = langsmith.evaluate(
+        target, data=dataset, evaluators=[JudgeRunEvaluator(judge)], client=client
+    )
+    client.flush()
+    (fb,) = [f for f in server.feedback.values() if f["comment"] == "Dismissive."]
+    meta = fb["feedback_source"]["metadata"]  # LangSmith keeps this, not the metadata
+    assert meta["memalign_judge"] == KEY and meta["episode_ids"] == ["seed"]
+    assert meta["guideline_ids"] == [g.id for g in judge.guidelines]
+
+    client.update_feedback(fb["id"], correction={"score": 1})  # no explanation
+    LangSmithFeedbackSource(client, experiment=results.experiment_name).sync(judge)
+    corrected = judge.get_feedback(f"langsmith:{fb['id']}")
+    assert corrected.value is True
+    assert corrected.rationale is None  # not "Dismissive.", the judge's own words
 
 
 async def test_awrite_verdicts(

@@ -241,6 +241,24 @@ def test_older_servers_use_the_older_queue_api(judge: MemAlignJudge) -> None:
         client.close(timeout=5)
 
 
+def test_a_fallback_midway_queues_no_run_twice(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    project = server.add_project("big")
+    ids = [
+        server.add_run(session_id=project["id"], inputs={"q": i}, outputs={"a": i})["id"]
+        for i in range(150)
+    ]
+    queue = JudgeAnnotationQueue(judge, client)
+    # the newer items API takes the first chunk of 100, then answers "not found"
+    server.inject_failure("/platform/annotation-queues", status=404, method="POST", after=1)
+    queue.send(ids)
+    assert sorted(queued(server, queue)) == sorted(ids)
+    legacy = server.requests_to("/annotation-queues/", "POST")[-1]
+    assert legacy.path.endswith("/runs/by-key")
+    assert len(legacy.json) == 50  # only the runs the newer API did not take
+
+
 async def test_async_twins(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
 ) -> None:

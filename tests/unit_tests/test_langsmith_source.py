@@ -353,6 +353,96 @@ def test_deleted_feedback_is_unaligned(
     assert source.sync(judge).removed == []
 
 
+def test_feedback_missing_from_a_listing_is_only_unaligned_once_the_server_says_it_is_gone(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = [add_run(server, project, i) for i in range(2)]
+    ids = [human(server, run, 1, "alice", comment="Direct answer.") for run in runs]
+    source = LangSmithFeedbackSource(client, project="prod")
+    source.sync(judge)
+
+    # A short listing (a page lost, offsets shifted by a concurrent delete) proves nothing
+    monkeypatch.setattr(source.api, "list_feedback", lambda **kw: iter(()))
+    report = source.sync(judge)
+    assert report.removed == [] and sorted(judge.feedback_ids) == sorted(map(fid, ids))
+
+    monkeypatch.undo()
+    client.delete_feedback(ids[1])
+    monkeypatch.setattr(source.api, "list_feedback", lambda **kw: iter(()))
+    assert source.sync(judge).removed == [fid(ids[1])]  # confirmed gone: unaligned
+    assert judge.feedback_ids == [fid(ids[0])]
+
+
+def test_a_record_listed_twice_counts_once(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = add_run(server, project, 0)
+    bob = human(server, run, 0, "bob", comment="Too curt.")
+    alice = human(server, run, 1, "alice", comment="Direct answer.")  # the latest
+    source = LangSmithFeedbackSource(client, project="prod", conflicts="majority")
+    listing = source.api.list_feedback
+
+    def overlapping_pages(**kw: Any) -> Iterator[Any]:
+        for fb in listing(**kw):
+            yield fb
+            if str(fb.id) == bob:  # offset pages overlapped on bob's review
+                yield fb
+
+    monkeypatch.setattr(source.api, "list_feedback", overlapping_pages)
+    report = source.sync(judge)  # no "appears twice in one align call"
+    assert report.listed == 2
+    # one vote each: the tie goes to the latest review, not to bob counted twice
+    assert judge.feedback_ids == [fid(alice)]
+    assert report.conflicts[0].resolution is True
+
+
+def test_a_failed_reflection_is_retried_by_the_next_sync(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any]
+) -> None:
+    responder = RoleResponder()
+    judge = MemAlignJudge(
+        KEY,
+        "Is it helpful?\n{inputs}\n{outputs}",
+        ScriptedChatModel(responder=responder),
+        HashEmbeddings(),
+        max_retries=0,
+    )
+    lsid = human(server, add_run(server, project, 0), 0, "bob", comment="Too cold.")
+    source = LangSmithFeedbackSource(client, project="prod")
+    responder.fail_reflect = True
+    first = source.sync(judge)
+    assert first.failed == [fid(lsid)] and first.aligned == [] and judge.guidelines == []
+
+    responder.fail_reflect = False
+    second = source.sync(judge)  # nothing new in LangSmith
+    assert second.runs_fetched == 0 and second.failed == []
+    assert [list(g.source_ids) for g in judge.guidelines] == [[fid(lsid)]]
+
+
+def test_run_extra_can_be_mapped_on_the_newer_run_api(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    run = server.add_run(
+        session_id=project["id"],
+        inputs={"messages": []},
+        outputs={"answer": "9 to 5."},
+        extra={"metadata": {"question": "store hours?"}},
+    )
+    lsid = human(server, run, 1, "alice")
+    mapping = FeedbackMapping(inputs="run.extra.metadata.question")
+    LangSmithFeedbackSource(client, project="prod", mapping=mapping).sync(judge)
+    assert judge.get_feedback(fid(lsid)).inputs == "store hours?"
+    assert server.requests_to("/v2/runs/query")  # read through the newer API
+
+
 def test_deleted_feedback_can_be_kept(
     server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
 ) -> None:
