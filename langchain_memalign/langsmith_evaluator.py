@@ -86,11 +86,20 @@ def _source_info(judge: MemAlignJudge, result: dict[str, Any]) -> dict[str, Any]
     from the judge's own comment.
     """
     meta = result.get("metadata") or {}
+    return _mark(judge, result.get("comment"), meta.get("guideline_ids"), meta.get("episode_ids"))
+
+
+def _mark(
+    judge: MemAlignJudge,
+    comment: str | None,
+    guideline_ids: Sequence[str] | None,
+    episode_ids: Sequence[str] | None,
+) -> dict[str, Any]:
     return {
         "memalign_judge": judge.config.name,
-        "memalign_comment": comment_digest(result.get("comment")),
-        "guideline_ids": list(meta.get("guideline_ids") or []),
-        "episode_ids": list(meta.get("episode_ids") or []),
+        "memalign_comment": comment_digest(comment),
+        "guideline_ids": list(guideline_ids or []),
+        "episode_ids": list(episode_ids or []),
     }
 
 
@@ -410,16 +419,7 @@ def _write_verdict(
         comment=verdict.comment,
         feedback_source_type="model",
         source_run_id=verdict.judge_run_id,
-        source_info=_source_info(
-            judge,
-            {
-                "comment": verdict.comment,
-                "metadata": {
-                    "guideline_ids": verdict.guideline_ids,
-                    "episode_ids": verdict.episode_ids,
-                },
-            },
-        ),
+        source_info=_mark(judge, verdict.comment, verdict.guideline_ids, verdict.episode_ids),
         feedback_id=fid,
         session_id=run.project_id,
     )
