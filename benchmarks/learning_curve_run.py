@@ -5,7 +5,7 @@
         --out benchmarks/results/learning_curve_feedbackqa.json \
         --plot docs/img/learning_curve_feedbackqa.png
 
-Protocol: `langchain_memalign.learning_curve.learning_curve` (stratified split per seed,
+Protocol: `langchain_memalign.evaluation.learning_curve.learning_curve` (stratified split per seed,
 growing shards aligned incrementally, agreement on the seen feedback and on the test set
 after each stage, alignment seconds / LLM calls / tokens counted with a callback).
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 from side_by_side import FILES, ROOT, build_models
 
 from langchain_memalign import MemAlignJudge
-from langchain_memalign.datasets import dataset_spec, load_jsonl
-from langchain_memalign.learning_curve import StageResult, learning_curve
+from langchain_memalign.evaluation.datasets import dataset_spec, load_jsonl
+from langchain_memalign.evaluation.learning_curve import StageResult, learning_curve
 
 
 def main(argv: list[str] | None = None) -> int:

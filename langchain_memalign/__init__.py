@@ -6,7 +6,6 @@ reports, the scale, the memory records and the errors.
 
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.critique import CritiqueState, SelfCritique
-from langchain_memalign.episodic import Episode
 from langchain_memalign.errors import (
     EmbeddingMismatchError,
     InvalidFeedbackError,
@@ -18,9 +17,10 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
 from langchain_memalign.scale import Scale
-from langchain_memalign.semantic import Guideline
 
 __all__ = [
     "AlignReport",

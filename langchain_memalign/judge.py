@@ -17,21 +17,25 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
-from langchain_memalign.align_graph import AlignNodes, AlignState, build_align_graph
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import (
     InvalidFeedbackError,
     ReflectionError,
     UnknownFeedbackError,
 )
+from langchain_memalign.evaluation.metrics import (
+    AgreementReport,
+    aevaluate_agreement,
+    evaluate_agreement,
+)
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.judge_graph import JudgeState, build_judge_graph
-from langchain_memalign.memory import JudgeMemory
-from langchain_memalign.metrics import AgreementReport, aevaluate_agreement, evaluate_agreement
+from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
+from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
 from langchain_memalign.scale import Scale, ScaleSpec
-from langchain_memalign.semantic import Guideline
 
 _CASE_KEYS = ("inputs", "outputs", "reference_outputs")
 

@@ -649,7 +649,7 @@ def populate_memory(
         t_sql += t2 - t1
         log(f"  populated {stop:,}/{n:,} episodes ({t2 - t_start:.0f} s)")
     if guidelines:
-        from langchain_memalign.semantic import Guideline
+        from langchain_memalign.memory.semantic import Guideline
 
         texts = guideline_texts(guidelines, gen)
         gvecs = np.asarray(emb.embed_documents([t for t, _ in texts]), dtype=np.float32)

@@ -29,7 +29,7 @@ import faiss
 import numpy as np
 from _common import RESULTS, loadavg, populate_memory, save_result, summarize
 
-from langchain_memalign.episodic import EpisodicIndex, as_matrix
+from langchain_memalign.memory.episodic import EpisodicIndex, as_matrix
 
 
 def topk_exact(base: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
@@ -139,7 +139,7 @@ def part_real(queries_n: int, ks: list[int]) -> dict[str, Any]:
 def part_big(n: int, queries_n: int, ks: list[int]) -> dict[str, Any]:
     from _common import CaseGenerator, TopicEmbeddings
 
-    from langchain_memalign.store import MemoryStore
+    from langchain_memalign.memory.store import MemoryStore
 
     folder, info = populate_memory(n, guidelines=60)
     t0 = time.perf_counter()

@@ -7,8 +7,8 @@ from typing import Any
 from conftest import HOURS, RUDE, SWEATER
 from langgraph.types import Send
 
-from langchain_memalign.align_graph import AlignNodes, ReflectionResult, reflection_schema
-from langchain_memalign.semantic import Proposal
+from langchain_memalign.graphs.align import AlignNodes, ReflectionResult, reflection_schema
+from langchain_memalign.memory.semantic import Proposal
 
 
 def nodes_of(judge: Any) -> AlignNodes:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from langchain_memalign.episodic import EpisodicIndex, as_matrix
+from langchain_memalign.memory.episodic import EpisodicIndex, as_matrix
 
 
 def vectors(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Any, TypedDict
 from conftest import HOURS, RUDE, SWEATER
 from langgraph.graph import END, START, StateGraph
 
-from langchain_memalign.judge_graph import JudgeNodes
+from langchain_memalign.graphs.judge import JudgeNodes
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
 

@@ -20,7 +20,6 @@ from langsmith.evaluation import EvaluationResult  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 
 from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
-from langchain_memalign._langsmith_fields import comment_digest  # noqa: E402
 from langchain_memalign.langsmith import (  # noqa: E402
     JudgeRunEvaluator,
     LangSmithFeedbackSource,
@@ -30,6 +29,7 @@ from langchain_memalign.langsmith import (  # noqa: E402
     judge_evaluator,
     write_verdicts,
 )
+from langchain_memalign.langsmith._fields import comment_digest  # noqa: E402
 
 KEY = "helpfulness"
 

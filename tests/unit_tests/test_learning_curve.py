@@ -11,7 +11,7 @@ from conftest import fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import Feedback, MemAlignJudge
-from langchain_memalign.learning_curve import (
+from langchain_memalign.evaluation.learning_curve import (
     LearningCurve,
     StageResult,
     learning_curve,

@@ -10,7 +10,7 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import Feedback, MemAlignJudge, Scale
-from langchain_memalign.metrics import (
+from langchain_memalign.evaluation.metrics import (
     AgreementReport,
     UsageCallbackHandler,
     accuracy,

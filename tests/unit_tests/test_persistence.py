@@ -16,7 +16,7 @@ from langchain_memalign import (
     MemAlignJudge,
     MemoryFormatError,
 )
-from langchain_memalign.store import DB_FILE, INDEX_FILE
+from langchain_memalign.memory.store import DB_FILE, INDEX_FILE
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
 
@@ -111,7 +111,7 @@ def test_crash_inside_a_write_rolls_back(
 ) -> None:
     judge = make_judge(path=tmp_path)
     judge.align([SWEATER])
-    from langchain_memalign.store import MemoryStore
+    from langchain_memalign.memory.store import MemoryStore
 
     def boom(*a: Any, **k: Any) -> None:
         raise RuntimeError("power cut")

@@ -28,16 +28,16 @@ from langsmith import Client
 from langsmith import schemas as ls_schemas
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_memalign._langsmith_api import LangSmithAPI, RunRecord, RunRef, run_id_of
-from langchain_memalign._langsmith_fields import (
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef, run_id_of
+from langchain_memalign.langsmith._fields import (
     MISSING,
     comment_digest,
     get_path,
     read_label,
     read_text,
 )
-from langchain_memalign.feedback import Feedback
-from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
 from langchain_memalign.scale import Scale, ScaleSpec
 

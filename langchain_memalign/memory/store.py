@@ -25,7 +25,7 @@ import numpy as np
 
 from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.semantic import Guideline
+from langchain_memalign.memory.semantic import Guideline
 
 SCHEMA_VERSION = 1
 DB_FILE = "memory.sqlite"

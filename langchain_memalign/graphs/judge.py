@@ -22,11 +22,11 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign._text import render
 from langchain_memalign._weak import weak_runnable
-from langchain_memalign.episodic import Episode
-from langchain_memalign.memory import JudgeMemory
-from langchain_memalign.prompts import format_value, judge_messages
-from langchain_memalign.semantic import Guideline
-from langchain_memalign.structured import StructuredCaller
+from langchain_memalign.graphs.prompts import format_value, judge_messages
+from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import Guideline
 
 
 class JudgeState(TypedDict, total=False):

@@ -30,17 +30,21 @@ from pydantic import BaseModel, Field, create_model
 from langchain_memalign._text import normalize
 from langchain_memalign._weak import weak_node
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.memory import JudgeMemory
-from langchain_memalign.prompts import consolidate_messages, rederive_messages, reflect_messages
-from langchain_memalign.reports import Usage
-from langchain_memalign.semantic import (
+from langchain_memalign.graphs.prompts import (
+    consolidate_messages,
+    rederive_messages,
+    reflect_messages,
+)
+from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import (
     Guideline,
     Proposal,
     merge_proposals,
     new_guideline_id,
     total_tokens,
 )
-from langchain_memalign.structured import StructuredCaller
+from langchain_memalign.reports import Usage
 
 # Bounds offered to the model's structured output (grammar-enforced on local
 # servers): guidelines are meant to be one short sentence each.

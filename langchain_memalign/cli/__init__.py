@@ -42,6 +42,7 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.memory.store import DB_FILE, MemoryStore
 from langchain_memalign.models import (
     openai_compatible,
     resolve_chat_model,
@@ -49,7 +50,6 @@ from langchain_memalign.models import (
 )
 from langchain_memalign.reports import AlignReport, Usage
 from langchain_memalign.scale import Scale
-from langchain_memalign.store import DB_FILE, MemoryStore
 
 if TYPE_CHECKING:
     from langchain_memalign.langsmith import SyncReport
@@ -396,7 +396,7 @@ def read_feedback(path: str, scale: Scale) -> list[Feedback]:
             elif "label" in row:
                 if "id" not in row:
                     raise CLIError(f"{path}:{n}: missing 'id'")
-                from langchain_memalign.datasets import row_to_feedback
+                from langchain_memalign.evaluation.datasets import row_to_feedback
 
                 fb = row_to_feedback(row, scale)
             else:
@@ -805,7 +805,7 @@ def _parse_json_arg(value: str, option: str) -> Any:
 
 def cmd_evaluate(ctx: _Context) -> int:
     """Measure the judge's agreement with human labels in a JSONL file."""
-    from langchain_memalign.metrics import (
+    from langchain_memalign.evaluation.metrics import (
         UsageCallbackHandler,
         agreement_report,
         with_callback,
@@ -1017,7 +1017,7 @@ def _describe_scale(scale: dict[str, Any]) -> str:
 
 def cmd_curve(ctx: _Context) -> int:
     """Draw a learning curve: agreement on held-out cases as feedback grows."""
-    from langchain_memalign.learning_curve import DEFAULT_SHARDS, learning_curve
+    from langchain_memalign.evaluation.learning_curve import DEFAULT_SHARDS, learning_curve
 
     args = ctx.args
     cfg = ctx.cfg

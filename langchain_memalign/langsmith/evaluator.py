@@ -31,16 +31,16 @@ from langsmith import utils as ls_utils
 from langsmith.evaluation import EvaluationResult, RunEvaluator
 from pydantic import BaseModel, Field
 
-from langchain_memalign._langsmith_api import LangSmithAPI, RunRecord, RunRef
-from langchain_memalign._langsmith_fields import (
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef
+from langchain_memalign.langsmith._fields import (
     MISSING,
     comment_digest,
     distance,
     get_path,
     score_fields,
 )
-from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.langsmith_source import FeedbackMapping
+from langchain_memalign.langsmith.source import FeedbackMapping
 from langchain_memalign.scale import Scale
 
 logger = logging.getLogger(__name__)

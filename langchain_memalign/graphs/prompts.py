@@ -9,10 +9,10 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from langchain_memalign._text import render, truncate
-from langchain_memalign.episodic import Episode
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.scale import Scale
-from langchain_memalign.semantic import Guideline
 
 _PLACEHOLDER = re.compile(
     r"\{\{\s*(inputs|outputs|reference_outputs)\s*\}\}|\{(inputs|outputs|reference_outputs)\}"

@@ -8,7 +8,7 @@ One import for the whole integration:
   `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`.
 """
 
-from langchain_memalign.langsmith_evaluator import (
+from langchain_memalign.langsmith.evaluator import (
     JudgeRunEvaluator,
     Verdict,
     ainvoke_and_log,
@@ -19,12 +19,12 @@ from langchain_memalign.langsmith_evaluator import (
     judge_evaluator,
     write_verdicts,
 )
-from langchain_memalign.langsmith_queue import (
+from langchain_memalign.langsmith.queue import (
     CycleReport,
     JudgeAnnotationQueue,
     SendReport,
 )
-from langchain_memalign.langsmith_source import (
+from langchain_memalign.langsmith.source import (
     Conflict,
     ConflictPolicy,
     FeedbackMapping,

@@ -12,8 +12,8 @@ dependency: `pip install "langchain-memalign[bench]"`).
 
 Example:
     ```python
-    from langchain_memalign.datasets import load_jsonl, dataset_spec
-    from langchain_memalign.learning_curve import learning_curve
+    from langchain_memalign.evaluation.datasets import load_jsonl, dataset_spec
+    from langchain_memalign.evaluation.learning_curve import learning_curve
 
     spec = dataset_spec("feedbackqa")
     data = load_jsonl("feedbackqa.jsonl", limit=200)
@@ -42,14 +42,14 @@ from typing import Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
-from langchain_memalign.feedback import Feedback
-from langchain_memalign.metrics import (
+from langchain_memalign.evaluation.metrics import (
     BatchJudge,
     UsageCallbackHandler,
     agreement_report,
     evaluate_agreement,
     with_callback,
 )
+from langchain_memalign.feedback import Feedback
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import Scale
 

@@ -25,11 +25,11 @@ from langsmith import Client
 from langsmith import schemas as ls_schemas
 from pydantic import BaseModel, Field
 
-from langchain_memalign._langsmith_api import LangSmithAPI, RunRecord, RunRef, run_id_of
-from langchain_memalign._langsmith_fields import MISSING, distance, feedback_config, read_label
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.langsmith_evaluator import Verdict, _judge_runs, _write_verdict
-from langchain_memalign.langsmith_source import (
+from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef, run_id_of
+from langchain_memalign.langsmith._fields import MISSING, distance, feedback_config, read_label
+from langchain_memalign.langsmith.evaluator import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith.source import (
     ConflictPolicy,
     FeedbackMapping,
     LangSmithFeedbackSource,

@@ -18,12 +18,12 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig
-from langchain_memalign.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
+from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
+from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
+from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, write_atomic
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
-from langchain_memalign.semantic import Guideline, select_guidelines, total_tokens
-from langchain_memalign.store import INDEX_FILE, MemoryStore, write_atomic
 
 
 class JudgeMemory:

@@ -1,0 +1,1 @@
+"""Measuring a judge against human labels: agreement metrics and learning curves."""
