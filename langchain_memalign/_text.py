@@ -94,3 +94,33 @@ def extract_json(text: str) -> Any:
     decoder = json.JSONDecoder()
     obj, _ = decoder.raw_decode(text[start:])
     return obj
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def tidy_rationale(text: str, max_chars: int) -> str:
+    """A model's rationale with repeated sentences dropped, ending on a whole sentence.
+
+    Small models loop ("The reply is polite. The reply is polite. ...") until a length
+    limit cuts them mid-word; a reader should get each sentence once and no stump.
+    """
+    seen: set[str] = set()
+    sentences: list[str] = []
+    for s in _SENTENCE_END.split(" ".join(text.split())):
+        key = normalize(s)
+        if s and key not in seen:
+            seen.add(key)
+            sentences.append(s)
+    out = " ".join(sentences)
+    # Only a text that reached the limit was cut; a short one without a full stop is whole.
+    if len(out) < max_chars - 20 or out[-1:] in (".", "!", "?"):
+        return out
+    cut = out[:max_chars]
+    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+    if cut.endswith((".", "!", "?")):
+        return cut
+    if end > 0:
+        return cut[: end + 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > 0 else cut).rstrip(",;: ") + "…"

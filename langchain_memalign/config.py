@@ -55,7 +55,40 @@ class JudgeConfig(BaseModel):
         "expert verdict on it agrees.",
     )
     max_retries: int = Field(
-        default=2, ge=0, description="Retries when a model returns malformed output."
+        default=2, ge=0, le=10, description="Retries when a model returns malformed output."
+    )
+    source_support: float | None = Field(
+        default=0.4, ge=-1.0, le=1.0,
+        description="Cosine similarity between a guideline and a cited feedback's rationale "
+        "below which that feedback is not counted as a source (a guideline left with no "
+        "source is rejected). Tuned on MiniLM, where rationales that state a rule score "
+        "0.75-0.9 against it and unrelated ones 0.25-0.4. None trusts the model's citations.",
+    )  # fmt: skip
+    validate_guidelines: Literal["off", "sources", "all"] = Field(
+        default="sources",
+        description="After reflecting, grade seen cases with and without each new guideline "
+        "(expert-verdict reuse off) and narrow or drop a guideline that breaks more verdicts "
+        "than it fixes: 'sources' checks each guideline's sources and the nearest seen cases "
+        "of other scores, 'all' every seen case, 'off' nothing.",
+    )
+    validate_max_calls: int = Field(
+        default=16, ge=0, le=10_000,
+        description="Most extra judge calls one align may spend on validation.",
+    )  # fmt: skip
+    reflect_contrast: int = Field(
+        default=4, ge=0, le=32,
+        description="Stored cases with other scores shown beside each reflection batch, so "
+        "the model can say when a rule applies.",
+    )  # fmt: skip
+    judge_prompt: Literal["plain", "checklist"] = Field(
+        default="checklist",
+        description="'checklist': the judge names the guidelines whose condition the case "
+        "meets and checks each before scoring; 'plain': a short rationale.",
+    )
+    pairwise_both_orders: bool = Field(
+        default=True,
+        description="Pairwise scales: judge both orders of the two outputs and reconcile "
+        "(disagreement is a tie), which cancels position bias at twice the calls.",
     )
 
     @field_validator("scale", mode="before")

@@ -31,6 +31,7 @@ from langchain_memalign.evaluation.metrics import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
+from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
@@ -38,6 +39,27 @@ from langchain_memalign.reports import AlignReport, UnalignReport, Usage
 from langchain_memalign.scale import Scale, ScaleSpec
 
 _CASE_KEYS = ("inputs", "outputs", "reference_outputs")
+
+
+def _mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
+    """Reflection batches that each hold every score present, as evenly as possible.
+
+    A rule's condition is learned from contrast: a batch of only failing cases invites
+    a rule that also catches the passing ones.
+    """
+    if len(items) <= size:
+        return [items] if items else []
+    by_value: dict[str, list[Feedback]] = {}
+    for fb in items:
+        by_value.setdefault(repr(fb.value), []).append(fb)
+    n = -(-len(items) // size)
+    batches: list[list[Feedback]] = [[] for _ in range(n)]
+    i = 0
+    for group in by_value.values():
+        for fb in group:
+            batches[i % n].append(fb)
+            i += 1
+    return batches
 
 
 class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
@@ -119,8 +141,11 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             build_judge_graph(memory, model, rate_limiter=rate_limiter)
         )
         self._align_nodes = AlignNodes(memory, self.reflection_model)
+        # Validation grades seen cases with the judge's own model and prompt.
+        judge_nodes = cast(Any, self.graph).memalign_nodes  # see _weak.py
+        validator = GuidelineValidator(memory, judge_nodes, self.reflection_model)
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
-            build_align_graph(memory, self.reflection_model)
+            build_align_graph(memory, self.reflection_model, validator=validator)
         )
         self._chain = (_PrepareCases(memory) | self.graph | _TakeResult()).with_config(
             run_name=self.name
@@ -354,8 +379,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             pending = [i for i in mem.store.pending_reflection() if i not in fresh]
             to_reflect = [fb for fb in added + updated if fb.rationale]
             to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
-            size = self.config.reflect_batch_size
-            batches = [to_reflect[i : i + size] for i in range(0, len(to_reflect), size)]
+            batches = _mixed_batches(to_reflect, self.config.reflect_batch_size)
             state: AlignState = {"to_store": added + updated, "batches": batches}
             out = self.align_graph.invoke(state, config)
             after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
@@ -369,6 +393,8 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
                 g for g in after.keys() & before.keys() if after[g] != before[g]
             ),
             failed=sorted(set(out.get("failed") or [])),
+            guidelines_rejected=list(out.get("rejected") or []),
+            validation=list(out.get("validation") or []),
             errors=errors + list(out.get("errors") or []),
             usage=usage + Usage.sum(out.get("usages") or []),
             seconds=time.perf_counter() - started,

@@ -39,6 +39,32 @@ class Usage(BaseModel):
         return total
 
 
+class RejectedGuideline(BaseModel):
+    """A guideline reflection proposed that was not stored, and why."""
+
+    text: str
+    reason: str = Field(description="'restates a case' or 'no cited rationale supports it'.")
+
+
+class GuidelineCheck(BaseModel):
+    """How a new guideline did on seen cases, graded with and without it."""
+
+    guideline_id: str
+    text: str = Field(description="The guideline as proposed.")
+    cases: list[str] = Field(default_factory=list, description="Seen feedback ids graded.")
+    fixed: list[str] = Field(
+        default_factory=list, description="Graded as the experts did only with the guideline."
+    )
+    broken: list[str] = Field(
+        default_factory=list, description="Graded as the experts did only without it."
+    )
+    action: str = Field(
+        description="'kept', 'narrowed' (the text was restated), 'dropped', or "
+        "'unchecked' (the call budget ran out)."
+    )
+    narrowed_text: str | None = None
+
+
 class AlignReport(BaseModel):
     """What an `align` call changed and what it cost."""
 
@@ -58,6 +84,14 @@ class AlignReport(BaseModel):
         default_factory=list,
         description="Feedback ids whose reflection failed; kept pending and retried "
         "by the next align.",
+    )
+    guidelines_rejected: list[RejectedGuideline] = Field(
+        default_factory=list,
+        description="Proposals not stored: case summaries and rules no cited rationale supports.",
+    )
+    validation: list[GuidelineCheck] = Field(
+        default_factory=list,
+        description="Each new guideline's effect on seen cases, and what was done about it.",
     )
     errors: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)

@@ -135,6 +135,7 @@ class RoleResponder:
     def __init__(self, judge_rule: Callable[[str, str], Any] = default_judge_rule) -> None:
         self.judge_rule = judge_rule
         self.fail_reflect = False
+        self.narrowed_text = ""
         self.roles: list[str] = []
         self._lock = threading.Lock()
 
@@ -161,6 +162,8 @@ class RoleResponder:
         if role == "rederive":
             ids = feedback_ids_in(human)
             return {"text": "Rule restated from " + ", ".join(ids) if ids else ""}
+        if role == "narrow":
+            return {"text": self.narrowed_text}
         if role == "consolidate":
             ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
             return {"guidelines": [{"text": "Consolidated rule.", "merged_from": ids}]}
@@ -176,4 +179,6 @@ class RoleResponder:
             return "rederive"
         if "grown too long" in system:
             return "consolidate"
+        if "Narrow its condition" in system:
+            return "narrow"
         return "unknown"

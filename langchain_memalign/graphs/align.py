@@ -1,13 +1,17 @@
 r"""The alignment graph: reflect on feedback in parallel, merge into memory, consolidate.
 
 ```
-START -(Send per batch)-> reflect -> merge -(over budget?)-> consolidate -> END
-      \\-(nothing to reflect)-------/      \\----------------------------------> END
+START -(Send per batch)-> reflect -> merge -> validate -(over budget?)-> consolidate -> END
+      \\-(nothing to reflect)-------/                 \\----------------------------------> END
 ```
-`reflect` distills guidelines from one batch of feedback; a batch that fails
-is recorded, never dropped: its feedback is stored and kept pending for the
-next alignment. `merge` embeds only new or changed cases and new guidelines,
-in one call, and commits episodes and guidelines in one transaction.
+`reflect` distills scoped guidelines from one batch of feedback, shown beside
+stored cases with other verdicts; a batch that fails is recorded, never
+dropped: its feedback is stored and kept pending for the next alignment.
+`merge` embeds only new or changed cases, new guidelines and the rationales
+they cite, in one call, keeps only the sources whose rationale supports each
+guideline, rejects case summaries, and commits episodes and guidelines in one
+transaction. `validate` grades seen cases with and without each new guideline
+and narrows or drops one that breaks more expert verdicts than it fixes.
 `forget` is the unalign step: it removes feedback and re-derives every
 guideline that came from it.
 """
@@ -35,20 +39,19 @@ from langchain_memalign.graphs.prompts import (
     rederive_messages,
     reflect_messages,
 )
+from langchain_memalign.graphs.provenance import restates_case, supporting_sources
 from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import (
+    GUIDELINE_MAX_CHARS,
     Guideline,
     Proposal,
     merge_proposals,
     new_guideline_id,
     total_tokens,
 )
-from langchain_memalign.reports import Usage
-
-# Bounds offered to the model's structured output (grammar-enforced on local
-# servers): guidelines are meant to be one short sentence each.
-GUIDELINE_MAX_CHARS = 300
+from langchain_memalign.reports import GuidelineCheck, RejectedGuideline, Usage
 
 # -- what the model returns -------------------------------------------------------------
 
@@ -129,6 +132,9 @@ class AlignState(TypedDict, total=False):
     usages: Annotated[list[Usage], operator.add]
     failed: Annotated[list[str], operator.add]
     errors: Annotated[list[str], operator.add]
+    new_guidelines: list[str]
+    rejected: Annotated[list[RejectedGuideline], operator.add]
+    validation: list[GuidelineCheck]
 
 
 class ReflectInput(TypedDict):
@@ -150,10 +156,13 @@ class ForgetResult:
 class AlignNodes:
     """The nodes of the alignment graph, bound to one judge's memory and reflection model."""
 
-    def __init__(self, memory: JudgeMemory, model: BaseChatModel) -> None:
+    def __init__(
+        self, memory: JudgeMemory, model: BaseChatModel, validator: GuidelineValidator | None = None
+    ) -> None:
         self.memory = memory
         retries = memory.config.max_retries
         self.reflection_model = model
+        self.validator = validator
         self.rederiver = StructuredCaller(
             model, Rederived, what="guideline re-derivation", retries=retries
         )
@@ -173,11 +182,14 @@ class AlignNodes:
         batch = state["batch"]
         ids = [fb.id for fb in batch]
         cfg = self.memory.config
+        contrast = self._contrast(batch)
         messages = reflect_messages(
-            cfg.instructions, cfg.scale, batch, self.memory.guidelines, cfg.episode_max_chars
-        )
+            cfg.instructions, cfg.scale, batch, self.memory.guidelines, cfg.episode_max_chars,
+            contrast=contrast,
+        )  # fmt: skip
+        citable = ids + [fb.id for fb in contrast]
         reflector = StructuredCaller(
-            self.reflection_model, reflection_schema(ids), what="reflection",
+            self.reflection_model, reflection_schema(citable), what="reflection",
             retries=cfg.max_retries,
         )  # fmt: skip
         try:
@@ -191,16 +203,37 @@ class AlignNodes:
             }
         proposals = []
         for p in out.guidelines:
-            sources = [s for s in p.source_ids if s in ids]
-            # A guideline citing no known feedback is credited to the whole batch,
-            # so that unaligning any of it re-derives the guideline (errs on privacy).
-            proposals.append(Proposal(p.text, sources or ids, p.existing_id))
+            sources = [s for s in dict.fromkeys(p.source_ids) if s in citable]
+            # A guideline citing no known feedback is checked against the whole batch:
+            # `merge` keeps only the sources whose rationale supports it.
+            proposals.append(Proposal(p.text, sources or citable, p.existing_id))
         return {"reflections": [ReflectionResult(ids, proposals)], "usages": [usage]}
+
+    def _contrast(self, batch: Sequence[Feedback]) -> list[Feedback]:
+        """Stored cases with rationales and other scores than the batch's, newest first.
+
+        A batch that holds only failing cases cannot show the model when its rule does
+        not apply; already-learned cases with other verdicts can.
+        """
+        n = self.memory.config.reflect_contrast
+        if n <= 0:
+            return []
+        values = {repr(fb.value) for fb in batch}
+        ids = {fb.id for fb in batch}
+        recent = self.memory.store.recent_feedback(8 * n, exclude=ids)
+        other = [fb for fb in recent if fb.rationale and repr(fb.value) not in values]
+        return other[:n]
 
     # -- merge ----------------------------------------------------------------------------
 
     def merge(self, state: AlignState) -> dict[str, Any]:
-        """Store episodes and merge distilled guidelines into memory, in one transaction."""
+        """Store episodes and merge checked guidelines into memory, in one transaction.
+
+        Proposals that restate one case are rejected; each proposal keeps only the cited
+        feedback whose rationale supports it (an embedding test, see `provenance`), and
+        one that no cited rationale supports is rejected. Episodes, proposals and
+        rationales are embedded in one call.
+        """
         mem = self.memory
         to_store = state.get("to_store") or []
         reflections = state.get("reflections") or []
@@ -208,17 +241,60 @@ class AlignNodes:
             return {}
         failed = {i for r in reflections if r.error for i in r.batch_ids}
         reflected = {i for r in reflections if not r.error for i in r.batch_ids}
-        plan = merge_proposals(mem.guidelines, [p for r in reflections for p in r.proposals])
+        proposals = [p for r in reflections for p in r.proposals]
+        known = {fb.id: fb for fb in to_store}
+        cited = {s for p in proposals for s in p.source_ids} - known.keys()
+        known.update(mem.store.get_feedback(cited))
+        rejected: list[RejectedGuideline] = []
+        candidates: list[Proposal] = []
+        for p in proposals:
+            if restates_case(p.text, [known[s] for s in p.source_ids if s in known]):
+                rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
+            else:
+                candidates.append(p)
+        min_support = mem.config.source_support
+        rationale_ids = (
+            []
+            if min_support is None
+            else sorted(
+                {s for p in candidates for s in p.source_ids if s in known and known[s].rationale}
+            )
+        )
+        proposal_texts = list(dict.fromkeys(" ".join(p.text.split()) for p in candidates))
 
         texts = {fb.id: mem.case_text(fb.inputs, fb.outputs) for fb in to_store}
         stored = mem.store.episode_keys(texts)
         hashes = {fid: mem.text_hash(t) for fid, t in texts.items()}
         to_embed = [fid for fid in texts if stored.get(fid, (0, ""))[1] != hashes[fid]]
         usage = Usage()
-        all_texts = [texts[f] for f in to_embed] + [g.text for g in plan.added]
+        all_texts = (
+            [texts[f] for f in to_embed]
+            + proposal_texts
+            + [cast(str, known[s].rationale) for s in rationale_ids]
+        )
         vectors = mem.embed(all_texts, usage) if all_texts else np.zeros((0, 0), np.float32)
-        episode_vectors = dict(zip(to_embed, vectors[: len(to_embed)], strict=True))
-        guideline_vectors = vectors[len(to_embed) :]
+        n_ep, n_prop = len(to_embed), len(proposal_texts)
+        episode_vectors = dict(zip(to_embed, vectors[:n_ep], strict=True))
+        proposal_vectors = dict(zip(proposal_texts, vectors[n_ep : n_ep + n_prop], strict=True))
+        rationale_vectors = dict(zip(rationale_ids, vectors[n_ep + n_prop :], strict=True))
+
+        supported: list[Proposal] = []
+        for p in candidates:
+            text = " ".join(p.text.split())
+            support = (
+                p.source_ids
+                if min_support is None
+                else supporting_sources(
+                    proposal_vectors[text], p.source_ids, rationale_vectors, min_support
+                )
+            )
+            if support:
+                supported.append(Proposal(text, support, p.existing_id))
+            else:
+                rejected.append(
+                    RejectedGuideline(text=text, reason="no cited rationale supports it")
+                )
+        plan = merge_proposals(mem.guidelines, supported)
 
         new_rows: list[int] = []
         old_rows: list[int] = []
@@ -236,7 +312,7 @@ class AlignNodes:
                         old_rows.append(old)
             mem.store.set_reflected(conn, reflected - failed, True)
             for i, g in enumerate(plan.added):
-                mem.store.put_guideline(conn, g, guideline_vectors[i], position + i)
+                mem.store.put_guideline(conn, g, proposal_vectors[g.text], position + i)
             for g in plan.updated:
                 mem.store.put_guideline(conn, g, None, 0)
             mem.store.log(
@@ -247,7 +323,21 @@ class AlignNodes:
         if new_rows:
             mem.index.add(new_rows, np.stack([episode_vectors[f] for f in to_embed]))
         mem.refresh_guidelines()
-        return {"usages": [usage]}
+        return {
+            "usages": [usage],
+            "rejected": rejected,
+            "new_guidelines": [g.id for g in plan.added],
+        }
+
+    # -- validate -------------------------------------------------------------------------
+
+    def validate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """Grade seen cases with and without each new guideline; narrow or drop bad ones."""
+        new = state.get("new_guidelines") or []
+        if self.validator is None or not new:
+            return {}
+        checks, usage, errors = self.validator.run(new, config)
+        return {"validation": checks, "usages": [usage], "errors": errors}
 
     # -- consolidate ----------------------------------------------------------------------
 
@@ -384,18 +474,27 @@ class AlignNodes:
 
 
 def build_align_graph(
-    memory: JudgeMemory, model: BaseChatModel, *, name: str | None = None
+    memory: JudgeMemory,
+    model: BaseChatModel,
+    *,
+    name: str | None = None,
+    validator: GuidelineValidator | None = None,
 ) -> CompiledStateGraph[AlignState, None, AlignState, AlignState]:
-    """Compile the alignment graph for a memory and a reflection model."""
-    nodes = AlignNodes(memory, model)
+    """Compile the alignment graph for a memory and a reflection model.
+
+    With a `validator`, new guidelines are checked against seen cases after `merge`.
+    """
+    nodes = AlignNodes(memory, model, validator)
     w = weak_node
     graph = StateGraph(AlignState)
     graph.add_node("reflect", w(nodes.reflect), input_schema=ReflectInput)
     graph.add_node("merge", w(nodes.merge))
+    graph.add_node("validate", w(nodes.validate))
     graph.add_node("consolidate", w(nodes.consolidate))
     graph.add_conditional_edges(START, w(nodes.route_batches), ["reflect", "merge"])
     graph.add_edge("reflect", "merge")
-    graph.add_conditional_edges("merge", w(nodes.route_consolidation), ["consolidate", END])
+    graph.add_edge("merge", "validate")
+    graph.add_conditional_edges("validate", w(nodes.route_consolidation), ["consolidate", END])
     graph.add_edge("consolidate", END)
     compiled = graph.compile(name=name or f"{memory.config.name}_align")
     compiled.memalign_nodes = nodes  # type: ignore[attr-defined]  # see _weak.py

@@ -12,6 +12,7 @@ added to another graph as a subgraph.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -20,13 +21,43 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from langchain_memalign._text import render
+from langchain_memalign._text import render, tidy_rationale
 from langchain_memalign._weak import weak_runnable
 from langchain_memalign.graphs.prompts import format_value, judge_messages
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.reports import Usage
+from langchain_memalign.scale import RATIONALE_MAX_CHARS
+
+_SWAPPED = {"A": "B", "B": "A", "tie": "tie"}
+
+
+@dataclass
+class Verdict:
+    """The model's grade of one case: the score, the rationale, what it cost."""
+
+    score: Any
+    rationale: str
+    usage: Usage = field(default_factory=Usage)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def swap_outputs(outputs: Any) -> Any | None:
+    """The two compared outputs in the other order, or None when they cannot be told apart.
+
+    Two outputs arrive as a dict of exactly two keys (`{"response_1": ..., "response_2":
+    ...}`: the values trade places under the same keys) or a list/tuple of two.
+    """
+    if isinstance(outputs, dict) and len(outputs) == 2:
+        (k1, v1), (k2, v2) = outputs.items()
+        return {k1: v2, k2: v1}
+    if isinstance(outputs, list) and len(outputs) == 2:
+        return outputs[::-1]
+    if isinstance(outputs, tuple) and len(outputs) == 2:
+        return (outputs[1], outputs[0])
+    return None
 
 
 class JudgeState(TypedDict, total=False):
@@ -88,30 +119,91 @@ class JudgeNodes:
         """Async twin of `retrieve_episodes`: FAISS and SQLite run off the event loop."""
         return await asyncio.to_thread(self.retrieve_episodes, state)
 
-    def _messages(self, state: JudgeState) -> Any:
+    def _messages(
+        self, case: dict[str, Any], guidelines: list[Guideline], episodes: list[Episode]
+    ) -> Any:
         cfg = self.memory.config
-        case = {k: state.get(k) for k in ("inputs", "outputs", "reference_outputs")}
         return judge_messages(
-            cfg.instructions,
-            cfg.scale,
-            case,
-            state.get("guidelines") or [],
-            state.get("episodes") or [],
-            cfg.episode_max_chars,
-        )
+            cfg.instructions, cfg.scale, case, guidelines, episodes, cfg.episode_max_chars,
+            cfg.judge_prompt,
+        )  # fmt: skip
 
-    def _result(self, state: JudgeState, verdict: Any) -> dict[str, Any]:
+    def _orders(self, case: dict[str, Any]) -> list[dict[str, Any]]:
+        """The case, and for a pairwise judge the case with its outputs swapped."""
+        cfg = self.memory.config
+        if cfg.scale.kind != "pairwise" or not cfg.pairwise_both_orders:
+            return [case]
+        swapped = swap_outputs(case.get("outputs"))
+        return [case] if swapped is None else [case, {**case, "outputs": swapped}]
+
+    def _reconcile(self, outs: list[tuple[Any, Usage]]) -> Verdict:
+        scale = self.memory.config.scale
+        first, usage = outs[0]
+        score = scale.validate_value(first.score)
+        rationale = tidy_rationale(first.rationale, RATIONALE_MAX_CHARS)
+        if len(outs) == 1:
+            return Verdict(score, rationale, usage)
+        second, usage2 = outs[1]
+        back = _SWAPPED[scale.validate_value(second.score)]
+        # Position bias: a verdict that flips with the order of the outputs is no
+        # preference at all, so disagreement between the two orders is a tie.
+        consistent = back == score
+        meta = {"pairwise_orders": [score, back], "position_consistent": consistent}
+        if not consistent:
+            rationale = (
+                f"{rationale} (With the outputs swapped the verdict was {back!r}; "
+                "the two orders disagree, so this is a tie.)"
+            )
+            score = "tie"
+        return Verdict(score, rationale, usage + usage2, meta)
+
+    def grade(
+        self,
+        case: dict[str, Any],
+        guidelines: list[Guideline],
+        episodes: list[Episode],
+        config: RunnableConfig,
+    ) -> Verdict:
+        """Grade a case with the model and this working memory (never reuses a verdict)."""
+        outs = [
+            self.verdict.invoke(self._messages(c, guidelines, episodes), config)
+            for c in self._orders(case)
+        ]
+        return self._reconcile(outs)
+
+    async def agrade(
+        self,
+        case: dict[str, Any],
+        guidelines: list[Guideline],
+        episodes: list[Episode],
+        config: RunnableConfig,
+    ) -> Verdict:
+        """Async twin of `grade`: both orders of a pairwise case run concurrently."""
+        outs = await asyncio.gather(
+            *(
+                self.verdict.ainvoke(self._messages(c, guidelines, episodes), config)
+                for c in self._orders(case)
+            )
+        )
+        return self._reconcile(list(outs))
+
+    def _result(self, state: JudgeState, verdict: Verdict) -> dict[str, Any]:
         return {
             "result": {
                 "key": self.memory.config.name,
-                "score": self.memory.config.scale.validate_value(verdict.score),
+                "score": verdict.score,
                 "comment": verdict.rationale,
                 "metadata": {
                     "guideline_ids": [g.id for g in state.get("guidelines") or []],
                     "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
+                    **verdict.metadata,
                 },
             }
         }
+
+    @staticmethod
+    def _case(state: JudgeState) -> dict[str, Any]:
+        return {k: state.get(k) for k in ("inputs", "outputs", "reference_outputs")}
 
     # An expert already graded this very case: asking the model again can only
     # contradict them (small models do, even with the case in their prompt), and
@@ -149,7 +241,9 @@ class JudgeNodes:
         known = self.expert_verdict(state)
         if known is not None:
             return known
-        verdict, _ = self.verdict.invoke(self._messages(state), config)
+        verdict = self.grade(
+            self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
+        )
         return self._result(state, verdict)
 
     async def ajudge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
@@ -157,7 +251,9 @@ class JudgeNodes:
         known = self.expert_verdict(state)
         if known is not None:
             return known
-        verdict, _ = await self.verdict.ainvoke(self._messages(state), config)
+        verdict = await self.agrade(
+            self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
+        )
         return self._result(state, verdict)
 
 

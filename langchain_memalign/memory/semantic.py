@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_memalign._text import estimate_tokens, normalize
 
+# Guidelines are meant to be one short sentence each; offered to the model's structured
+# output (grammar-enforced on local servers) as a maximum length.
+GUIDELINE_MAX_CHARS = 300
+
 
 class Guideline(BaseModel):
     """A general grading rule and the feedback ids it was distilled from."""

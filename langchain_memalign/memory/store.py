@@ -206,6 +206,17 @@ class MemoryStore:
         with self.lock:
             return [r[0] for r in self._conn.execute("SELECT id FROM feedback ORDER BY rowid")]
 
+    def recent_feedback(self, limit: int, exclude: Iterable[str] = ()) -> list[Feedback]:
+        """The `limit` most recently stored feedback items, newest first."""
+        skip = set(exclude)
+        with self.lock:
+            rows = self._conn.execute(
+                "SELECT id, payload FROM feedback ORDER BY rowid DESC LIMIT ?",
+                (limit + len(skip),),
+            ).fetchall()
+        items = [Feedback.model_validate_json(p) for fid, p in rows if fid not in skip]
+        return items[:limit]
+
     def pending_reflection(self) -> list[str]:
         """Ids of feedback with a rationale whose distillation has not succeeded yet."""
         with self.lock:
@@ -282,6 +293,18 @@ class MemoryStore:
         )
         assert cur.lastrowid is not None
         return int(cur.lastrowid), None if old is None else int(old[0])
+
+    def episode_vectors(self, feedback_ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of some episodes, by feedback id (no embedding call)."""
+        out: dict[str, np.ndarray] = {}
+        with self.lock:
+            for chunk in _chunks(list(feedback_ids)):
+                q = ",".join("?" * len(chunk))
+                for fid, blob in self._conn.execute(
+                    f"SELECT feedback_id, vector FROM episodes WHERE feedback_id IN ({q})", chunk
+                ):
+                    out[fid] = np.frombuffer(blob, dtype=np.float32).copy()
+        return out
 
     def all_vectors(self) -> tuple[list[int], np.ndarray | None]:
         """Every episode's row id and vector, to rebuild the FAISS index without embedding."""

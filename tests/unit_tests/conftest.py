@@ -46,6 +46,12 @@ def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
             "embeddings": embeddings,
             "scale": bool,
             "k": 3,
+            # Validation spends judge calls after each align; the tests that count calls
+            # elsewhere turn it off, and test_validate.py tests it.
+            "validate_guidelines": "off",
+            # Bag-of-words fake embeddings do not measure support; test_provenance.py
+            # tests the check with vectors made for it.
+            "source_support": None,
         }
         args.update(kwargs)
         return MemAlignJudge(**args)

@@ -18,7 +18,8 @@ ITEMS = [
         f"question about topic{i} alpha{i} beta{i}",
         f"answer {i}",
         i % 2 == 0,
-        f"reason {i}",
+        # "rNx", not the case's own number "N", which would make it a case summary.
+        f"reason r{i}x",
     )
     for i in range(40)
 ]

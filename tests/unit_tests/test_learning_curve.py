@@ -53,6 +53,8 @@ def make() -> Any:
             model=model,
             embeddings=embeddings,
             k=2,
+            validate_guidelines="off",
+            source_support=None,
         )
 
     make_judge.model = model  # type: ignore[attr-defined]

@@ -30,6 +30,8 @@ def test_judge_and_align_over_an_openai_compatible_server() -> None:
             instructions="{inputs} -> {outputs}",
             model=model,
             embeddings=embeddings,
+            validate_guidelines="off",  # this test counts the reflection call's tokens
+            source_support=None,  # the fake server's vectors do not measure support
         )
         report = judge.align(
             [

@@ -1,0 +1,159 @@
+"""A regression scenario as a new user meets it: unaligned, aligned, seen cases, unalign one source.
+
+A scenario folder holds `train.jsonl` (graded cases with rationales) and `test.jsonl`
+(labels only), like `../shared/scenarios/support-apology`. For each repetition, on the
+same servers:
+
+1. an unaligned judge grades the test cases;
+2. the judge aligns on the training cases (report: calls, tokens, seconds, guidelines
+   with their sources, validation per guideline);
+3. the aligned judge grades the test cases and, with expert-verdict reuse off, the seen
+   (training) cases;
+4. one source of the most-cited guideline is unaligned; the guidelines left and the test
+   accuracy after it are recorded.
+
+Repetitions on identical inputs measure the noise between identical runs. The result file
+records the commit, models, data checksums and machine.
+
+    .venv/bin/python benchmarks/scenario.py ../shared/scenarios/support-apology \
+        --repeats 3 --out benchmarks/results/scenario_support_apology.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+from pydantic import SecretStr
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import file_sha256, run_info  # noqa: E402
+
+from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def scenario_instructions(folder: Path) -> str:
+    """The judge question quoted in the scenario README: ("...", bool)."""
+    readme = (folder / "README.md").read_text()
+    m = re.search(r'\("([^"]+)",\s*bool\)', readme)
+    if not m:
+        raise SystemExit(f"{folder}/README.md names no judge question; pass --instructions")
+    return m.group(1)
+
+
+def accuracy(judge: MemAlignJudge, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    cases = [{"inputs": r["inputs"], "outputs": r["outputs"]} for r in rows]
+    results = judge.batch(cases, {"max_concurrency": 2})
+    verdicts = [
+        {
+            "id": r["id"],
+            "label": r["value"],
+            "score": res["score"],
+            "comment": res["comment"],
+            **{k: v for k, v in res["metadata"].items() if k.startswith("guidelines_")},
+        }
+        for r, res in zip(rows, results, strict=True)
+    ]
+    right = sum(v["score"] == v["label"] for v in verdicts)
+    return {"correct": right, "n": len(rows), "accuracy": right / len(rows), "verdicts": verdicts}
+
+
+def one_run(args: argparse.Namespace, train: list[dict[str, Any]], test: list[dict[str, Any]]) -> dict[str, Any]:
+    key = SecretStr("local")
+    llm = ChatOpenAI(model=args.chat_model, base_url=args.chat_url, api_key=key, temperature=0.0,
+                     max_tokens=args.max_tokens, timeout=600, max_retries=1)  # fmt: skip
+    emb = OpenAIEmbeddings(model=args.embedding_model, base_url=args.emb_url, api_key=key,
+                           check_embedding_ctx_length=False)  # fmt: skip
+    options = json.loads(args.options) if args.options else {}
+    judge = MemAlignJudge(
+        name="appropriate", instructions=args.instructions, model=llm, embeddings=emb,
+        scale=bool, k=args.k, reuse_expert_verdicts=False, **options,
+    )  # fmt: skip
+    out: dict[str, Any] = {"options": options}
+    out["unaligned_test"] = accuracy(judge, test)
+    print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
+    feedback = [Feedback(id=r["id"], inputs=r["inputs"], outputs=r["outputs"], value=r["value"],
+                         rationale=r.get("rationale")) for r in train]  # fmt: skip
+    report = judge.align(feedback, raise_on_failure=False)
+    out["align"] = json.loads(report.model_dump_json())
+    out["guidelines"] = [{"id": g.id, "text": g.text, "sources": list(g.source_ids)}
+                         for g in judge.guidelines]  # fmt: skip
+    print(f"  aligned: {report.usage.llm_calls} calls, {report.seconds:.0f} s", flush=True)
+    for g in out["guidelines"]:
+        print(f"    - {g['text']}  <- {g['sources']}", flush=True)
+    out["aligned_test"] = accuracy(judge, test)
+    out["aligned_seen"] = accuracy(judge, train)
+    print(f"  aligned test {out['aligned_test']['correct']}/{len(test)}, "
+          f"seen {out['aligned_seen']['correct']}/{len(train)}", flush=True)  # fmt: skip
+    if judge.guidelines:
+        top = max(judge.guidelines, key=lambda g: len(g.source_ids))
+        victim = top.source_ids[0]
+        un = judge.unalign([victim])
+        out["unalign"] = {
+            "removed": victim,
+            "report": json.loads(un.model_dump_json()),
+            "guidelines_after": [{"id": g.id, "text": g.text, "sources": list(g.source_ids)}
+                                 for g in judge.guidelines],  # fmt: skip
+            "test_after": accuracy(judge, test),
+        }
+        print(f"  unaligned {victim!r}: {len(judge.guidelines)} guidelines left, test "
+              f"{out['unalign']['test_after']['correct']}/{len(test)}", flush=True)  # fmt: skip
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", type=Path)
+    p.add_argument("--instructions", default=None)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--k", type=int, default=3)
+    p.add_argument("--options", default="", help="JSON of further MemAlignJudge options")
+    p.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
+    p.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
+    p.add_argument("--chat-model", default="local")
+    p.add_argument("--embedding-model", default="minilm")
+    p.add_argument("--max-tokens", type=int, default=400)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    args.instructions = args.instructions or scenario_instructions(args.scenario)
+    train = read_jsonl(args.scenario / "train.jsonl")
+    test = read_jsonl(args.scenario / "test.jsonl")
+    runs = []
+    started = time.time()
+    for i in range(args.repeats):
+        print(f"run {i + 1}/{args.repeats}", flush=True)
+        runs.append(one_run(args, train, test))
+    summary = {
+        key: [r[key]["correct"] for r in runs]
+        for key in ("unaligned_test", "aligned_test", "aligned_seen")
+    }
+    summary["guidelines_after_unalign"] = [len(r.get("unalign", {}).get("guidelines_after", [])) for r in runs]
+    summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
+    result = {
+        "run": run_info(models={"chat": args.chat_model, "embeddings": args.embedding_model},
+                        data={f.name: file_sha256(f) for f in sorted(args.scenario.glob("*.jsonl"))}),
+        "scenario": str(args.scenario.name),
+        "instructions": args.instructions,
+        "n_train": len(train),
+        "n_test": len(test),
+        "seconds": round(time.time() - started, 1),
+        "summary": summary,
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

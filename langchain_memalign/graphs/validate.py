@@ -1,0 +1,218 @@
+"""Validated alignment: a new guideline must not break more seen verdicts than it fixes.
+
+Measured on the local 1.5B model, a correct-looking rule ("A reply to an upset customer
+must open with an apology.") made the judge fail a calm customer and a reply that does
+open with an apology. So after `merge`, the seen cases each new guideline could affect
+(its sources and the nearest seen cases with other scores, or every seen case) are
+graded twice with the memory as it now is, expert-verdict reuse off: once without the
+new guidelines and once with them. A guideline that breaks more expert verdicts than it
+fixes is narrowed once by the reflection model and checked again, or dropped.
+
+Cost: two judge calls per case checked (and one more call plus one per case for a
+narrowing), capped by `JudgeConfig.validate_max_calls`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from pydantic import BaseModel, Field
+
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.prompts import format_value, narrow_messages
+from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import GUIDELINE_MAX_CHARS, Guideline
+from langchain_memalign.reports import GuidelineCheck, Usage
+
+if TYPE_CHECKING:
+    from langchain_memalign.graphs.judge import JudgeNodes
+
+# Seen cases with other scores, nearest to a guideline, checked beside its sources.
+NEIGHBORS_PER_GUIDELINE = 2
+
+
+class Narrowed(BaseModel):
+    """A guideline restated with a narrower condition; empty if none fits."""
+
+    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
+
+
+class GuidelineValidator:
+    """Grades seen cases with and without new guidelines, and keeps, narrows or drops them."""
+
+    def __init__(
+        self, memory: JudgeMemory, judge_nodes: JudgeNodes, reflection_model: BaseChatModel
+    ) -> None:
+        self.memory = memory
+        self.judge_nodes = judge_nodes
+        self.narrower = StructuredCaller(
+            reflection_model, Narrowed, what="guideline narrowing",
+            retries=memory.config.max_retries,
+        )  # fmt: skip
+
+    # -- which cases -----------------------------------------------------------------
+
+    def cases_for(self, g: Guideline) -> list[str]:
+        """Seen feedback ids a guideline could affect: its sources first, then neighbors."""
+        mem = self.memory
+        if mem.config.validate_guidelines == "all":
+            rest = [i for i in mem.store.feedback_ids() if i not in g.source_ids]
+            return [*g.source_ids, *rest]
+        vectors = mem.guideline_vectors
+        ids = [x.id for x in mem.guidelines]
+        if vectors is None or g.id not in ids:
+            return list(g.source_ids)
+        sources = mem.store.get_feedback(g.source_ids)
+        values = {format_value(fb.value) for fb in sources.values()}
+        near = mem.retrieve(vectors[ids.index(g.id)], k=4 * NEIGHBORS_PER_GUIDELINE + 4)
+        others = [
+            e.feedback_id
+            for e in near
+            if e.feedback_id not in g.source_ids and format_value(e.value) not in values
+        ]
+        return [*g.source_ids, *others[:NEIGHBORS_PER_GUIDELINE]]
+
+    # -- grading ---------------------------------------------------------------------
+
+    def _grade(
+        self,
+        cases: Sequence[Feedback],
+        swap: dict[str, Guideline | None],
+        config: RunnableConfig,
+    ) -> tuple[dict[str, bool], Usage]:
+        """Whether the model grades each case as the expert did, with `swap` applied.
+
+        `swap` maps guideline ids to a replacement (or None to leave it out).
+        A case whose grading fails counts as neither right nor wrong.
+        """
+        mem = self.memory
+        vectors = mem.store.episode_vectors(fb.id for fb in cases)
+
+        def one(fb: Feedback) -> tuple[bool, Usage]:
+            qv = vectors.get(fb.id)
+            guidelines = []
+            for g in mem.select_guidelines(qv):
+                if g.id in swap:
+                    replacement = swap[g.id]
+                    if replacement is not None:
+                        guidelines.append(replacement)
+                else:
+                    guidelines.append(g)
+            case = {"inputs": fb.inputs, "outputs": fb.outputs,
+                    "reference_outputs": fb.reference_outputs}  # fmt: skip
+            episodes = mem.retrieve(qv) if qv is not None else []
+            verdict = self.judge_nodes.grade(case, guidelines, episodes, config)
+            return format_value(verdict.score) == format_value(fb.value), verdict.usage
+
+        outcomes = RunnableLambda(one).batch(list(cases), config, return_exceptions=True)
+        right: dict[str, bool] = {}
+        usage = Usage()
+        for fb, out in zip(cases, outcomes, strict=True):
+            if isinstance(out, BaseException):
+                usage = usage + (getattr(out, "usage", None) or Usage(llm_calls=1))
+                continue
+            right[fb.id], u = out
+            usage = usage + u
+        return right, usage
+
+    # -- the check -------------------------------------------------------------------
+
+    def run(
+        self, new_ids: Sequence[str], config: RunnableConfig
+    ) -> tuple[list[GuidelineCheck], Usage, list[str]]:
+        """Check new guidelines on seen cases; commit drops and narrowings; report each."""
+        mem = self.memory
+        cfg = mem.config
+        budget = cfg.validate_max_calls
+        current = {g.id: g for g in mem.guidelines}
+        new = [current[i] for i in new_ids if i in current]
+        if cfg.validate_guidelines == "off" or budget < 2 or not new:
+            return [], Usage(), []
+        cases_of = {g.id: self.cases_for(g) for g in new}
+        order = list(dict.fromkeys(c for g in new for c in cases_of[g.id]))
+        chosen = order[: budget // 2]
+        feedback = mem.store.get_feedback(chosen)
+        cases = [feedback[c] for c in chosen if c in feedback]
+        budget -= 2 * len(cases)
+        without = dict.fromkeys((g.id for g in new), None)
+        before, usage = self._grade(cases, without, config)
+        after, u = self._grade(cases, {}, config)
+        usage = usage + u
+        errors: list[str] = []
+        checks: list[GuidelineCheck] = []
+        dropped: list[str] = []
+        narrowed: list[Guideline] = []
+        for g in new:
+            checked = [c for c in cases_of[g.id] if c in before and c in after]
+            if not checked:
+                checks.append(GuidelineCheck(guideline_id=g.id, text=g.text, action="unchecked"))
+                continue
+            fixed = [c for c in checked if after[c] and not before[c]]
+            broken = [c for c in checked if before[c] and not after[c]]
+            check = GuidelineCheck(
+                guideline_id=g.id, text=g.text, cases=checked, fixed=fixed, broken=broken,
+                action="kept",
+            )  # fmt: skip
+            if len(broken) > len(fixed):
+                check.action = "dropped"
+                if budget >= 1 + len(checked):
+                    budget -= 1 + len(checked)
+                    better, u = self._narrow(g, checked, broken, feedback, before, config)
+                    usage = usage + u
+                    if better is not None:
+                        check.action = "narrowed"
+                        check.narrowed_text = better.text
+                        narrowed.append(better)
+                if check.action == "dropped":
+                    dropped.append(g.id)
+            checks.append(check)
+        if dropped or narrowed:
+            self._commit(dropped, narrowed, usage)
+        return checks, usage, errors
+
+    def _narrow(
+        self,
+        g: Guideline,
+        checked: list[str],
+        broken: list[str],
+        feedback: dict[str, Feedback],
+        before: dict[str, bool],
+        config: RunnableConfig,
+    ) -> tuple[Guideline | None, Usage]:
+        """Restate `g` to spare the broken cases; keep it only if it then helps more than hurts."""
+        cfg = self.memory.config
+        supporting = [feedback[s] for s in g.source_ids if s in feedback and s not in broken]
+        messages = narrow_messages(
+            cfg.instructions, cfg.scale, g, supporting, [feedback[b] for b in broken],
+            cfg.episode_max_chars,
+        )  # fmt: skip
+        try:
+            out, usage = self.narrower.invoke(messages, config)
+        except Exception as e:  # a failed narrowing drops the guideline: the safe side
+            return None, getattr(e, "usage", None) or Usage(llm_calls=1)
+        text = " ".join(out.text.split())
+        if not text or text == g.text:
+            return None, usage
+        candidate = g.model_copy(update={"text": text})
+        cases = [feedback[c] for c in checked]
+        again, u = self._grade(cases, {g.id: candidate}, config)
+        usage = usage + u
+        fixed = sum(1 for c in again if again[c] and not before.get(c, True))
+        broken_now = sum(1 for c in again if before.get(c, False) and not again[c])
+        return (candidate if broken_now <= fixed else None), usage
+
+    def _commit(self, dropped: list[str], narrowed: list[Guideline], usage: Usage) -> None:
+        mem = self.memory
+        vectors = mem.embed([g.text for g in narrowed], usage) if narrowed else None
+        with mem.store.transaction() as conn:
+            mem.store.delete_guidelines(conn, dropped)
+            for i, g in enumerate(narrowed):
+                assert vectors is not None
+                mem.store.put_guideline(conn, g, vectors[i], 0)
+            sources = [s for g in narrowed for s in g.source_ids]
+            mem.store.log(conn, "validate", sources, dropped + [g.id for g in narrowed])
+        mem.refresh_guidelines()
