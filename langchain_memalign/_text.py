@@ -103,24 +103,29 @@ def tidy_rationale(text: str, max_chars: int) -> str:
     """A model's rationale with repeated sentences dropped, ending on a whole sentence.
 
     Small models loop ("The reply is polite. The reply is polite. ...") until a length
-    limit cuts them mid-word; a reader should get each sentence once and no stump.
+    limit cuts them mid-word; a reader should get each sentence once and no stump. A text
+    shorter than the limit is whole even without a full stop.
     """
+    flat = " ".join(text.split())
     seen: set[str] = set()
     sentences: list[str] = []
-    for s in _SENTENCE_END.split(" ".join(text.split())):
+    for s in _SENTENCE_END.split(flat):
         key = normalize(s)
         if s and key not in seen:
             seen.add(key)
             sentences.append(s)
+    cut_off = len(flat) >= max_chars - 20 and not flat.endswith((".", "!", "?"))
+    if cut_off and len(sentences) > 1:
+        sentences.pop()  # the stump the limit left
+        cut_off = False
     out = " ".join(sentences)
-    # Only a text that reached the limit was cut; a short one without a full stop is whole.
-    if len(out) < max_chars - 20 or out[-1:] in (".", "!", "?"):
-        return out
-    cut = out[:max_chars]
-    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
-    if cut.endswith((".", "!", "?")):
-        return cut
-    if end > 0:
-        return cut[: end + 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > 0 else cut).rstrip(",;: ") + "…"
+    if len(out) > max_chars:
+        head = out[:max_chars]
+        end = max(head.rfind(". "), head.rfind("! "), head.rfind("? "))
+        if end > 0:
+            return head[: end + 1]
+        out, cut_off = head, True
+    if cut_off:
+        space = out.rfind(" ")
+        out = (out[:space] if space > 0 else out).rstrip(",;: ") + "…"
+    return out

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from conftest import fb
+from fakes import RoleResponder, ScriptedChatModel
+from langchain_core.embeddings import Embeddings
+
+from langchain_memalign.graphs.provenance import restates_case, supporting_sources
+
+UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
+           "The customer is angry and the reply does not open with an apology.")  # fmt: skip
+CALM = fb("calm", "What time do you close?", "We close at 6pm.", True,
+          "A calm question needs no apology; a direct answer is right.")  # fmt: skip
+
+
+def unit(*xs: float) -> np.ndarray:
+    v = np.asarray(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_restates_case_catches_copied_runs_and_numbers() -> None:
+    assert restates_case("Say the order my order is late and I'm furious", [UPSET])
+    assert restates_case("Replies must say we close at 6pm.", [CALM])
+    assert not restates_case("When the customer is upset, open with an apology.", [UPSET, CALM])
+    # one-digit numbers are rule material ("a score of 1"), not case details
+    assert not restates_case("Give a score of 1 to off-topic replies.", [fb("x", "1", "1", 1)])
+
+
+def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:
+    rule = unit(1, 0, 0)
+    rationales = {"a": unit(0.95, 0.3, 0), "b": unit(0.9, 0.4, 0.1), "c": unit(0.1, 1, 0)}
+    assert supporting_sources(rule, ["a", "b", "c"], rationales, 0.4) == ["a", "b"]
+    # nothing cited supports it: no sources at all, so the guideline is rejected
+    assert supporting_sources(unit(0, 0, 1), ["a", "c"], rationales, 0.4) == []
+    # feedback without a rationale (absent from the vectors) cannot support a rule
+    assert supporting_sources(rule, ["zzz"], rationales, 0.4) == []
+
+
+class TableEmbeddings(Embeddings):
+    """Embeddings that map known texts to chosen vectors (anything else: a far vector)."""
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.table.get(t, [0.0, 0.0, 1.0]) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_judge: Any) -> None:
+    rule = "When the customer is upset, open with an apology."
+    responder = RoleResponder()
+
+    def reflect(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {
+                "guidelines": [
+                    {"text": rule, "source_ids": ["upset", "calm"], "existing_id": ""},
+                    {
+                        "text": "Reply that my order is late and apologize.",
+                        "source_ids": ["upset"],
+                        "existing_id": "",
+                    },
+                    {"text": "Be brief.", "source_ids": ["calm"], "existing_id": ""},
+                ]
+            }
+        return responder(messages)
+
+    table = {
+        rule: [1.0, 0.0, 0.0],
+        "Be brief.": [0.0, 0.0, 1.0],
+        str(UPSET.rationale): [0.95, 0.2, 0.0],
+        str(CALM.rationale): [0.1, 1.0, 0.0],
+    }
+    judge = make_judge(
+        model=ScriptedChatModel(responder=reflect),
+        embeddings=TableEmbeddings(table),
+        source_support=0.4,
+    )
+    report = judge.align([UPSET, CALM])
+    assert [(g.text, g.source_ids) for g in judge.guidelines] == [(rule, ("upset",))]
+    assert {(r.text, r.reason) for r in report.guidelines_rejected} == {
+        ("Reply that my order is late and apologize.", "restates a case"),
+        ("Be brief.", "no cited rationale supports it"),
+    }
+    # unaligning the calm case, which the model cited but does not support the rule,
+    # leaves the rule alone
+    judge.unalign(["calm"])
+    assert [g.text for g in judge.guidelines] == [rule]

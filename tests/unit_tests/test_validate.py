@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conftest import fb
+from fakes import RoleResponder, ScriptedChatModel
+
+UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
+           "Open with an apology when the customer is upset.")  # fmt: skip
+CALM = fb("calm", "What time do you close?", "We close at six.", True, "Direct answer.")
+CALM2 = fb("calm2", "Do you ship abroad?", "Yes, to most countries.", True, "Clear answer.")
+BROAD = "When replying, fail everything."
+NARROW = "When the customer is upset, fail a reply without an apology."
+
+
+def guidelines_in(memory: str) -> str:
+    m = re.search(r"<guidelines>(.*?)</guidelines>", memory, re.DOTALL)
+    return m.group(1) if m else ""
+
+
+def judge_rule(case: str, memory: str) -> dict[str, Any]:
+    rules = guidelines_in(memory)
+    if BROAD in rules:
+        return {"rationale": "The rule says fail.", "score": False}
+    if NARROW in rules and "furious" in case:
+        return {"rationale": "Upset and no apology.", "score": False}
+    return {"rationale": "Fine.", "score": True}
+
+
+def make(make_judge: Any, **options: Any) -> tuple[Any, RoleResponder, ScriptedChatModel]:
+    responder = RoleResponder(judge_rule=judge_rule)
+
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {"guidelines": [{"text": BROAD, "source_ids": ["upset"], "existing_id": ""}]}
+        return responder(messages)
+
+    model = ScriptedChatModel(responder=respond)
+    judge = make_judge(model=model, validate_guidelines="sources", **options)
+    return judge, responder, model
+
+
+def judge_calls(model: ScriptedChatModel) -> int:
+    return sum(str(c[0].content).startswith("You are an expert evaluator") for c in model.calls)
+
+
+def test_a_guideline_that_breaks_more_than_it_fixes_is_dropped(make_judge: Any) -> None:
+    judge, _, model = make(make_judge)
+    report = judge.align([UPSET, CALM, CALM2])
+    assert judge.guidelines == []
+    [check] = report.validation
+    assert check.text == BROAD and check.action == "dropped"
+    assert check.fixed == ["upset"] and sorted(check.broken) == ["calm", "calm2"]
+    assert report.guidelines_added == []  # added, then dropped within the same align
+    # with and without the guideline, on 3 cases; one narrowing call (it returned nothing)
+    assert judge_calls(model) == 6
+    assert report.usage.llm_calls == 1 + 6 + 1
+    assert judge.history()[-1]["action"] == "validate"
+
+
+def test_a_guideline_is_narrowed_when_the_narrower_rule_stops_breaking(make_judge: Any) -> None:
+    judge, responder, _ = make(make_judge)
+    responder.narrowed_text = NARROW
+    report = judge.align([UPSET, CALM, CALM2])
+    assert [(g.text, g.source_ids) for g in judge.guidelines] == [(NARROW, ("upset",))]
+    [check] = report.validation
+    assert check.action == "narrowed" and check.narrowed_text == NARROW
+    # the narrowed rule now grades every seen case as the experts did
+    verdicts = judge.batch([{"inputs": f.inputs, "outputs": f.outputs} for f in (UPSET, CALM)])
+    assert [v["score"] for v in verdicts] == [False, True]
+
+
+def test_validation_respects_its_call_budget(make_judge: Any) -> None:
+    judge, _, model = make(make_judge, validate_max_calls=2)
+    report = judge.align([UPSET, CALM, CALM2])
+    [check] = report.validation
+    assert check.cases == ["upset"] and check.fixed == ["upset"] and check.action == "kept"
+    assert judge_calls(model) == 2
+    assert [g.text for g in judge.guidelines] == [BROAD]
+
+
+def test_validation_off_spends_nothing(make_judge: Any) -> None:
+    judge, _, model = make(make_judge, validate_max_calls=0)
+    report = judge.align([UPSET, CALM])
+    assert report.validation == [] and judge_calls(model) == 0
+    judge2, _, model2 = make(make_judge)
+    judge2.memory.config.validate_guidelines = "off"
+    assert judge2.align([UPSET]).validation == [] and judge_calls(model2) == 0
+
+
+def test_validate_all_checks_every_seen_case(make_judge: Any) -> None:
+    judge, _, _ = make(make_judge, validate_max_calls=100)
+    judge.memory.config.validate_guidelines = "all"
+    extra = [fb(f"c{i}", f"Question {i}?", "Answer.", True, "Fine.") for i in range(4)]
+    report = judge.align([UPSET, CALM, CALM2, *extra])
+    [check] = report.validation
+    assert sorted(check.cases) == sorted(["upset", "calm", "calm2", "c0", "c1", "c2", "c3"])
