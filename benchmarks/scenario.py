@@ -33,9 +33,9 @@ from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from provenance import file_sha256, run_info  # noqa: E402
+from provenance import file_sha256, run_info
 
-from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
+from langchain_memalign import Feedback, MemAlignJudge
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -68,33 +68,72 @@ def accuracy(judge: MemAlignJudge, rows: list[dict[str, Any]]) -> dict[str, Any]
     return {"correct": right, "n": len(rows), "accuracy": right / len(rows), "verdicts": verdicts}
 
 
-def one_run(args: argparse.Namespace, train: list[dict[str, Any]], test: list[dict[str, Any]]) -> dict[str, Any]:
+def one_run(
+    args: argparse.Namespace, train: list[dict[str, Any]], test: list[dict[str, Any]]
+) -> dict[str, Any]:
     key = SecretStr("local")
-    llm = ChatOpenAI(model=args.chat_model, base_url=args.chat_url, api_key=key, temperature=0.0,
-                     max_tokens=args.max_tokens, timeout=600, max_retries=1)  # fmt: skip
-    emb = OpenAIEmbeddings(model=args.embedding_model, base_url=args.emb_url, api_key=key,
-                           check_embedding_ctx_length=False)  # fmt: skip
+    llm = ChatOpenAI(
+        model=args.chat_model,
+        base_url=args.chat_url,
+        api_key=key,
+        temperature=0.0,
+        max_tokens=args.max_tokens,
+        timeout=600,
+        max_retries=1,
+    )
+    emb = OpenAIEmbeddings(
+        model=args.embedding_model,
+        base_url=args.emb_url,
+        api_key=key,
+        check_embedding_ctx_length=False,
+    )
     options = json.loads(args.options) if args.options else {}
     judge = MemAlignJudge(
-        name="appropriate", instructions=args.instructions, model=llm, embeddings=emb,
-        scale=bool, k=args.k, reuse_expert_verdicts=False, **options,
-    )  # fmt: skip
+        name="appropriate",
+        instructions=args.instructions,
+        model=llm,
+        embeddings=emb,
+        scale=bool,
+        k=args.k,
+        reuse_expert_verdicts=False,
+        **options,
+    )
     out: dict[str, Any] = {"options": options}
     out["unaligned_test"] = accuracy(judge, test)
     print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
-    feedback = [Feedback(id=r["id"], inputs=r["inputs"], outputs=r["outputs"], value=r["value"],
-                         rationale=r.get("rationale")) for r in train]  # fmt: skip
+    feedback = [
+        Feedback(
+            id=r["id"],
+            inputs=r["inputs"],
+            outputs=r["outputs"],
+            value=r["value"],
+            rationale=r.get("rationale"),
+        )
+        for r in train
+    ]
     report = judge.align(feedback, raise_on_failure=False)
     out["align"] = json.loads(report.model_dump_json())
-    out["guidelines"] = [{"id": g.id, "text": g.text, "sources": list(g.source_ids)}
-                         for g in judge.guidelines]  # fmt: skip
+    out["guidelines"] = [
+        {"id": g.id, "text": g.text, "sources": list(g.source_ids)} for g in judge.guidelines
+    ]
     print(f"  aligned: {report.usage.llm_calls} calls, {report.seconds:.0f} s", flush=True)
     for g in out["guidelines"]:
         print(f"    - {g['text']}  <- {g['sources']}", flush=True)
+    for r in report.guidelines_rejected:
+        print(f"    rejected ({r.reason}): {r.text}", flush=True)
+    for c in report.validation:
+        print(
+            f"    validated {c.action}: fixed {c.fixed} broken {c.broken}: {c.text}"
+            + (f" -> {c.narrowed_text}" if c.narrowed_text else ""),
+            flush=True,
+        )
     out["aligned_test"] = accuracy(judge, test)
     out["aligned_seen"] = accuracy(judge, train)
-    print(f"  aligned test {out['aligned_test']['correct']}/{len(test)}, "
-          f"seen {out['aligned_seen']['correct']}/{len(train)}", flush=True)  # fmt: skip
+    print(
+        f"  aligned test {out['aligned_test']['correct']}/{len(test)}, "
+        f"seen {out['aligned_seen']['correct']}/{len(train)}",
+        flush=True,
+    )
     if judge.guidelines:
         top = max(judge.guidelines, key=lambda g: len(g.source_ids))
         victim = top.source_ids[0]
@@ -102,17 +141,24 @@ def one_run(args: argparse.Namespace, train: list[dict[str, Any]], test: list[di
         out["unalign"] = {
             "removed": victim,
             "report": json.loads(un.model_dump_json()),
-            "guidelines_after": [{"id": g.id, "text": g.text, "sources": list(g.source_ids)}
-                                 for g in judge.guidelines],  # fmt: skip
+            "guidelines_after": [
+                {"id": g.id, "text": g.text, "sources": list(g.source_ids)}
+                for g in judge.guidelines
+            ],
             "test_after": accuracy(judge, test),
         }
-        print(f"  unaligned {victim!r}: {len(judge.guidelines)} guidelines left, test "
-              f"{out['unalign']['test_after']['correct']}/{len(test)}", flush=True)  # fmt: skip
+        print(
+            f"  unaligned {victim!r}: {len(judge.guidelines)} guidelines left, test "
+            f"{out['unalign']['test_after']['correct']}/{len(test)}",
+            flush=True,
+        )
     return out
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("scenario", type=Path)
     p.add_argument("--instructions", default=None)
     p.add_argument("--repeats", type=int, default=2)
@@ -137,11 +183,15 @@ def main() -> None:
         key: [r[key]["correct"] for r in runs]
         for key in ("unaligned_test", "aligned_test", "aligned_seen")
     }
-    summary["guidelines_after_unalign"] = [len(r.get("unalign", {}).get("guidelines_after", [])) for r in runs]
+    summary["guidelines_after_unalign"] = [
+        len(r.get("unalign", {}).get("guidelines_after", [])) for r in runs
+    ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
     result = {
-        "run": run_info(models={"chat": args.chat_model, "embeddings": args.embedding_model},
-                        data={f.name: file_sha256(f) for f in sorted(args.scenario.glob("*.jsonl"))}),
+        "run": run_info(
+            models={"chat": args.chat_model, "embeddings": args.embedding_model},
+            data={f.name: file_sha256(f) for f in sorted(args.scenario.glob("*.jsonl"))},
+        ),
         "scenario": str(args.scenario.name),
         "instructions": args.instructions,
         "n_train": len(train),

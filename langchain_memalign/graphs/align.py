@@ -393,15 +393,47 @@ class AlignNodes:
 
     # -- forget (unalign) -------------------------------------------------------------------
 
+    def _still_supported(
+        self,
+        redo: Sequence[Guideline],
+        gone: set[str],
+        support: dict[str, Feedback],
+        usage: Usage,
+    ) -> list[Guideline]:
+        """Guidelines whose remaining sources' rationales still support them, re-cited."""
+        mem = self.memory
+        threshold = mem.config.source_support
+        rationales = {s: fb.rationale for s, fb in support.items() if fb.rationale}
+        vectors = mem.guideline_vectors
+        ids = [g.id for g in mem.guidelines]
+        if threshold is None or not redo or not rationales or vectors is None:
+            return []
+        order = sorted(rationales)
+        embedded = mem.embed([rationales[s] for s in order], usage)
+        by_source = dict(zip(order, embedded, strict=True))
+        still = []
+        for g in redo:
+            remaining = [s for s in g.source_ids if s not in gone]
+            if g.id in ids and supporting_sources(
+                vectors[ids.index(g.id)], remaining, by_source, threshold
+            ):
+                still.append(g.model_copy(update={"source_ids": tuple(remaining)}))
+        return still
+
     def forget(
         self, ids: Sequence[str], *, delete: bool, config: RunnableConfig | None = None
     ) -> ForgetResult:
         """Detach feedback from memory and re-derive the guidelines it fed.
 
-        A guideline whose every source is among `ids` is removed; one with
-        other sources is re-distilled from those alone. With `delete`, the
-        feedback and its episodes are removed too (unalign); without, only
-        the guidelines are re-derived (the feedback is about to be replaced).
+        A guideline whose every source is among `ids` is removed. One with
+        other sources stays as it is, citing only those, when their rationales
+        support it (the embedding test of `provenance`, no model call: the
+        1.5B model we measure with answered "nothing supports it" for a rule
+        two remaining rationales stated word for word); otherwise it is
+        re-distilled from the remaining feedback alone, and removed when
+        nothing remaining supports it. With `delete`, the feedback and its
+        episodes are removed too (unalign); without, only the guidelines are
+        re-derived (the feedback is about to be replaced).
         """
         mem = self.memory
         gone = set(ids)
@@ -410,6 +442,8 @@ class AlignNodes:
         redo = [g for g in affected if set(g.source_ids) - gone]
         result.removed = [g.id for g in affected if not set(g.source_ids) - gone]
         support = mem.store.get_feedback({s for g in redo for s in g.source_ids if s not in gone})
+        still = self._still_supported(redo, gone, support, result.usage)
+        redo = [g for g in redo if g.id not in {x.id for x in still}]
         outcomes: list[Any] = []
         if redo:
             cfg = mem.config
@@ -449,7 +483,7 @@ class AlignNodes:
                 result.removed.append(g.id)
             else:
                 rederived.append(g.model_copy(update={"text": text, "source_ids": remaining}))
-        result.rederived = [g.id for g in rederived]
+        result.rederived = [g.id for g in rederived + still]
         vectors = mem.embed([g.text for g in rederived], result.usage) if rederived else None
         rows = [r for r, _ in mem.store.episode_keys(ids).values()] if delete else []
         with mem.store.transaction() as conn:
@@ -457,7 +491,7 @@ class AlignNodes:
             for i, g in enumerate(rederived):
                 assert vectors is not None
                 mem.store.put_guideline(conn, g, vectors[i], 0)
-            for g in widened.values():
+            for g in [*widened.values(), *still]:
                 mem.store.put_guideline(conn, g, None, 0)
             if delete:
                 mem.store.delete_feedback(conn, ids)

@@ -91,3 +91,34 @@ def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_ju
     # leaves the rule alone
     judge.unalign(["calm"])
     assert [g.text for g in judge.guidelines] == [rule]
+
+
+def test_unalign_keeps_a_rule_the_remaining_feedback_supports(make_judge: Any) -> None:
+    rule = "When the customer is upset, open with an apology."
+    upset2 = fb("upset2", "The blender broke. Terrible!", "Use the warranty form.", False,
+                "Upset customer, no apology at the start.")  # fmt: skip
+    responder = RoleResponder()
+
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            cited = ["upset", "upset2", "calm"]
+            return {"guidelines": [{"text": rule, "source_ids": cited, "existing_id": ""}]}
+        return responder(messages)
+
+    table = {
+        rule: [1.0, 0.0, 0.0],
+        str(UPSET.rationale): [0.95, 0.2, 0.0],
+        str(upset2.rationale): [0.9, 0.3, 0.0],
+        str(CALM.rationale): [0.1, 1.0, 0.0],
+    }
+    model = ScriptedChatModel(responder=respond)
+    judge = make_judge(model=model, embeddings=TableEmbeddings(table), source_support=0.4)
+    judge.align([UPSET, upset2, CALM])
+    [g] = judge.guidelines
+    assert set(g.source_ids) == {"upset", "upset2"}
+    model.calls.clear()
+    report = judge.unalign(["upset"])
+    assert [(x.id, x.text, x.source_ids) for x in judge.guidelines] == [(g.id, rule, ("upset2",))]
+    assert report.guidelines_rederived == [g.id] and report.llm_calls == 0
+    # the last source goes: nothing supports the rule any more
+    assert judge.unalign(["upset2"]).guidelines_removed == [g.id] and judge.guidelines == []
