@@ -174,17 +174,31 @@ def main() -> None:
     args.instructions = args.instructions or scenario_instructions(args.scenario)
     train = read_jsonl(args.scenario / "train.jsonl")
     test = read_jsonl(args.scenario / "test.jsonl")
-    runs = []
+    runs: list[dict[str, Any]] = []
     started = time.time()
     for i in range(args.repeats):
         print(f"run {i + 1}/{args.repeats}", flush=True)
         runs.append(one_run(args, train, test))
-    summary = {
+        save(args, train, test, runs, time.time() - started)  # each run, in case of a stop
+
+
+def save(
+    args: argparse.Namespace,
+    train: list[dict[str, Any]],
+    test: list[dict[str, Any]],
+    runs: list[dict[str, Any]],
+    seconds: float,
+) -> None:
+    summary: dict[str, Any] = {
         key: [r[key]["correct"] for r in runs]
         for key in ("unaligned_test", "aligned_test", "aligned_seen")
     }
+    summary["guidelines"] = [len(r["guidelines"]) for r in runs]
     summary["guidelines_after_unalign"] = [
         len(r.get("unalign", {}).get("guidelines_after", [])) for r in runs
+    ]
+    summary["test_after_unalign"] = [
+        r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
     ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
     result = {
@@ -196,7 +210,7 @@ def main() -> None:
         "instructions": args.instructions,
         "n_train": len(train),
         "n_test": len(test),
-        "seconds": round(time.time() - started, 1),
+        "seconds": round(seconds, 1),
         "summary": summary,
         "runs": runs,
     }

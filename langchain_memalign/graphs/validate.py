@@ -4,8 +4,8 @@ Measured on the local 1.5B model, a correct-looking rule ("A reply to an upset c
 must open with an apology.") made the judge fail a calm customer and a reply that does
 open with an apology. So after `merge`, the seen cases each new guideline could affect
 (its sources and the nearest seen cases with other scores, or every seen case) are
-graded twice with the memory as it now is, expert-verdict reuse off: once without the
-new guidelines and once with them. A guideline that breaks more expert verdicts than it
+graded twice with the memory as it now is, expert-verdict reuse off and each case's own
+episode left out of its retrieval: once without the new guidelines and once with them. A guideline that breaks more expert verdicts than it
 fixes is narrowed once by the reflection model and checked again, or dropped.
 
 Cost: two judge calls per case checked (and one more call plus one per case for a
@@ -104,7 +104,12 @@ class GuidelineValidator:
                     guidelines.append(g)
             case = {"inputs": fb.inputs, "outputs": fb.outputs,
                     "reference_outputs": fb.reference_outputs}  # fmt: skip
-            episodes = mem.retrieve(qv) if qv is not None else []
+            # Leave-one-out: the case's own episode would hand the model the expert's
+            # verdict, so seen cases would measure recall, not whether the rule helps
+            # on a case like this one that the judge has not seen.
+            k = mem.config.k
+            near = mem.retrieve(qv, k=k + 1) if qv is not None and k else []
+            episodes = [e for e in near if e.feedback_id != fb.id][:k]
             verdict = self.judge_nodes.grade(case, guidelines, episodes, config)
             return format_value(verdict.score) == format_value(fb.value), verdict.usage
 

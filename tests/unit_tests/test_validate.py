@@ -96,3 +96,19 @@ def test_validate_all_checks_every_seen_case(make_judge: Any) -> None:
     report = judge.align([UPSET, CALM, CALM2, *extra])
     [check] = report.validation
     assert sorted(check.cases) == sorted(["upset", "calm", "calm2", "c0", "c1", "c2", "c3"])
+
+
+def test_validation_leaves_each_case_own_episode_out(make_judge: Any) -> None:
+    judge, _, model = make(make_judge)
+    judge.align([UPSET, CALM, CALM2])
+    prompts = [
+        str(c[1].content)
+        for c in model.calls
+        if str(c[0].content).startswith("You are an expert evaluator")
+    ]
+    assert prompts
+    for p in prompts:
+        memory, _, case = p.rpartition("<case>")
+        graded = next(f for f in (UPSET, CALM, CALM2) if str(f.inputs) in case)
+        assert "<past_cases>" in memory  # the other seen cases are there
+        assert str(graded.inputs) not in memory
