@@ -91,12 +91,15 @@ class FeedbackMapping(BaseModel):
     )
     annotator: tuple[str, ...] = Field(
         default=(
-            "feedback_source.user_name",
             "feedback_source.metadata.annotator",
+            "feedback_source.user_name",
             "feedback_source.user_id",
-            "feedback_source.ls_user_id",
         ),
-        description="Who gave the feedback.",
+        description="Who gave the feedback. LangSmith stamps `feedback_source.user_id` "
+        "(and its `user_name`) from the API key that wrote the feedback, so reviews a "
+        "labelling tool writes for several people through one key share them: the "
+        "annotator the writer names in `source_info={'annotator': ...}` comes first, then "
+        "the reviewer's user name, then their user id.",
     )
     inputs: str = Field(default="run.inputs", description="The judged case's inputs.")
     outputs: str = Field(default="run.outputs", description="The judged output.")
@@ -365,7 +368,7 @@ class LangSmithFeedbackSource:
 
     def _build(self, reviews: Sequence[_Review], skipped: dict[str, str]) -> list[Feedback]:
         hints = {r.run_id: (r.project_id, r.start_time) for r in reviews}
-        runs = self.api.read_runs(hints, hints)
+        runs = self.api.read_runs(hints, hints, projects=self._project_ids() or ())
         wants_example = (self.mapping.reference_outputs or "").startswith("example.")
         examples: dict[str, Any] = {}
         if wants_example:

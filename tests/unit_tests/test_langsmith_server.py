@@ -186,7 +186,8 @@ def test_feedback_create_read_update_delete(
     )
     stored = sync_client.read_feedback(created.id)
     assert stored.run_id == run_id
-    assert stored.trace_id == run_id  # filled from the run, as the API does
+    # only what was stored: the project (filed under it), no start time or trace id
+    assert stored.trace_id is None and stored.start_time is None
     assert stored.session_id == project.id
     assert (stored.key, stored.score, stored.value, stored.comment) == (
         "quality",
