@@ -286,7 +286,8 @@ class LangSmithAPI:
         # Plain strings: the FeedbackSourceType enum is serialized as
         # "FeedbackSourceType.API" in query strings, which servers reject.
         sources = cast(Any, list(source_types))
-        kwargs: dict[str, Any] = {"include_user_names": True}
+        # "true", not True: requests would send "True", which strict parsers refuse
+        kwargs: dict[str, Any] = {"include_user_names": "true"}
         if created_since is not None:
             kwargs["min_created_at"] = created_since.isoformat()
         if run_ids is not None:

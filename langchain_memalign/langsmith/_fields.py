@@ -69,15 +69,17 @@ def same_config(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 def describe_config(config: Mapping[str, Any]) -> str:
     """A feedback config in a few words, for error messages."""
     if config.get("type") == "continuous":
-        return f"continuous {config.get('min')}–{config.get('max')}"
+        return f"continuous {_show(config.get('min'))}–{_show(config.get('max'))}"
     if config.get("type") == "categorical":
         cats = ", ".join(
-            f"{c.get('value'):g}={c.get('label')}" if isinstance(c.get("value"), int | float)
-            else f"{c.get('value')}={c.get('label')}"
-            for c in config.get("categories") or []
-        )  # fmt: skip
+            f"{_show(c.get('value'))}={c.get('label')}" for c in config.get("categories") or []
+        )
         return f"categorical ({cats})"
     return str(config.get("type"))
+
+
+def _show(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
 
 
 def _num(x: Any) -> float | None:
