@@ -1237,6 +1237,21 @@ class LangSmithTestServer:
         if body.get("filter"):
             predicate = _compile_filter(body["filter"])
             runs = [r for r in runs if predicate(self._run_out(r), self)]
+        lo_fb = _parse_time(body.get("min_feedback_modified_at"))
+        hi_fb = _parse_time(body.get("max_feedback_modified_at"))
+        if lo_fb is not None or hi_fb is not None:
+            # bounds on the modified time of the feedback the filter's conditions name
+            keys = set(re.findall(r'feedback_key\s*,\s*"([^"]+)"', body.get("filter") or ""))
+            if not keys:
+                raise HTTPError(400, "feedback modified bounds need a feedback condition")
+            touched = {
+                f["run_id"]
+                for f in self.feedback.values()
+                if f["key"] in keys
+                and (lo_fb is None or _parse_time(f["modified_at"]) >= lo_fb)  # type: ignore[operator]
+                and (hi_fb is None or _parse_time(f["modified_at"]) < hi_fb)  # type: ignore[operator]
+            }
+            runs = [r for r in runs if r["id"] in touched]
         runs.sort(key=lambda r: (r.get("start_time") or "", r["_seq"]), reverse=True)
         offset = int(body.get("cursor") or 0)
         page_size = min(int(body.get("page_size") or 100), self.runs_page_size)

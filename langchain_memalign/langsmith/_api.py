@@ -388,6 +388,37 @@ class LangSmithAPI:
             )
         return found
 
+    def runs_with_feedback_modified(
+        self, project_id: str, key: str, since: dt.datetime
+    ) -> list[str] | None:
+        """Ids of the project's runs whose feedback on `key` was modified since `since`.
+
+        Only the v2 query can bound feedback by modification time
+        (`min_feedback_modified_at`, with a feedback condition in the filter); None when
+        the deployment is read through v1, where no listing can.
+        """
+        api = self._v2_runs()
+        if api is None:
+            return None
+        start = self._project_start(project_id) or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+        quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+        try:
+            return [
+                str(run.id)
+                for run in api.runs.query_v2(
+                    project_ids=[project_id],
+                    filter=f'eq(feedback_key, "{quoted}")',
+                    min_feedback_modified_at=since,
+                    min_start_time=start - dt.timedelta(seconds=1),
+                    max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                    selects=["ID"],
+                    page_size=_CHUNK,
+                )
+            ]
+        except Exception as e:
+            self._v2_failed(e)
+            return None
+
     def project_runs(
         self, project: ls_schemas.TracerSession, *, limit: int | None = None
     ) -> list[RunRecord]:

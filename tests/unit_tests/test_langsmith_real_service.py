@@ -10,6 +10,7 @@ the base retention tier.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -334,3 +335,45 @@ def test_pairwise_numbers_mean_the_same_everywhere(label: str) -> None:
     assert scale.validate_value(written["score"]) == label  # the scale's own reading
     assert scale.validate_value(str(written["score"])) == label
     assert read_label(scale, {"score": written["score"]}, ["score"]) == label  # a UI pick
+
+
+# -- 5. sync cost follows what changed ---------------------------------------------------------
+
+
+def test_an_incremental_sync_reads_only_the_runs_whose_feedback_changed(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    project = server.add_project("prod")
+    runs = [add_run(server, project, i) for i in range(250)]
+    two_days_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=2)
+    at = [(two_days_ago + dt.timedelta(minutes=i)).isoformat() for i in range(250)]
+    old = [
+        server.add_feedback(run["id"], KEY, score=i % 2, user=f"r{i}", created_at=at[i],
+                            modified_at=at[i], feedback_source={"type": "app"})["id"]
+        for i, run in enumerate(runs)
+    ]  # fmt: skip
+    source = LangSmithFeedbackSource(client, project="prod", reconcile_every=3)
+    assert len(source.sync(judge).aligned) == 250
+    first = len(server.requests_to("/feedback", "GET"))
+    assert first == 3  # a full listing: three pages of 100
+
+    new_run = add_run(server, project, 999)
+    new = server.add_feedback(new_run["id"], KEY, score=0, user="zoe", comment="Curt.",
+                              feedback_source={"type": "app"})["id"]  # fmt: skip
+    client.update_feedback(old[7], score=0, comment="Changed my mind.")  # an edit
+
+    report = source.sync(judge)
+    assert sorted(report.aligned) == sorted([f"langsmith:{new}", f"langsmith:{old[7]}"])
+    listings = server.requests_to("/feedback", "GET")[first:]
+    assert len(listings) == 2  # what was created since, then the changed runs' reviews
+    assert "min_created_at" in listings[0].query
+    # the changed runs, plus those modified just before the last sync (the cursor's
+    # overlap, for writers' clocks and ingestion lag): 11 of the 250
+    changed = set(listings[1].query["run"])
+    assert {new_run["id"], runs[7]["id"]} <= changed and len(changed) == 2 + 11
+    [edited] = [q for q in server.requests_to("/v2/runs/query") if "filter" in q.json]
+    assert edited.json["filter"] == f'eq(feedback_key, "{KEY}")'
+
+    client.delete_feedback(old[3])  # deletions on untouched runs wait for a full sync
+    assert source.sync(judge).removed == []  # the 2nd incremental sync
+    assert source.sync(judge).removed == [f"langsmith:{old[3]}"]  # the 3rd: full
