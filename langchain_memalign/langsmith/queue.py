@@ -127,6 +127,7 @@ class JudgeAnnotationQueue:
         self.conflicts: ConflictPolicy = conflicts
         self._queue_id = None if queue_id is None else str(queue_id)
         self._ensure_lock = threading.Lock()  # two first cycles must not create two queues
+        self._source: LangSmithFeedbackSource | None = None
 
     # -- the queue -------------------------------------------------------------------------
 
@@ -316,17 +317,31 @@ class JudgeAnnotationQueue:
     # -- pull ------------------------------------------------------------------------------
 
     def source(self) -> LangSmithFeedbackSource:
-        """The feedback source over the queue's completed runs."""
+        """The feedback source over the queue's archived runs.
+
+        The items carry their runs' projects, so a pull reads the feedback of newly
+        archived runs and of runs whose feedback changed, not of every run ever
+        archived (the source's `reconcile_every` still lists them all now and then).
+        """
         queue_id = self.ensure()
-        completed = self.api.queue_run_ids(queue_id, "completed")
-        return LangSmithFeedbackSource(
-            self.client,
-            runs=completed,
-            key=self.judge.config.name,
-            mapping=self.mapping,
-            conflicts=self.conflicts,
-            sync_id=f"queue:{queue_id}",
-        )
+        archived = self.api.queue_items(queue_id, "completed")
+        projects = {
+            run_id: str(getattr(item, "project_id", None) or "") for run_id, item in archived
+        }
+        if self._source is None:
+            self._source = LangSmithFeedbackSource(
+                self.client,
+                runs=list(projects),
+                key=self.judge.config.name,
+                mapping=self.mapping,
+                conflicts=self.conflicts,
+                sync_id=f"queue:{queue_id}",
+                run_projects=projects,
+            )
+        else:  # the same source across pulls: only its first sync lists everything
+            self._source.run_ids = list(projects)
+            self._source.run_projects = {r: p for r, p in projects.items() if p}
+        return self._source
 
     def pull(self) -> SyncReport:
         """Align the judge on the reviews of archived queue items (incrementally).

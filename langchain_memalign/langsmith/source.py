@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef, run_id_of
+from langchain_memalign.langsmith._api import (
+    LangSmithAPI,
+    RunRecord,
+    RunRef,
+    as_uuid_str,
+    run_id_of,
+)
 from langchain_memalign.langsmith._fields import (
     MISSING,
     comment_digest,
@@ -228,6 +234,8 @@ class LangSmithFeedbackSource:
         reconcile_every: Every this many syncs, one lists all the feedback in scope
             instead of what changed, to notice feedback deleted in LangSmith (None:
             only `sync(full=True)` does).
+        run_projects: The project of each of `runs` (a queue's items carry it): with
+            them, syncs over runs read only what changed, as on a project.
     """
 
     def __init__(
@@ -247,6 +255,7 @@ class LangSmithFeedbackSource:
         batch_size: int = 50,
         sync_id: str | None = None,
         reconcile_every: int | None = 10,
+        run_projects: Mapping[str, str] | None = None,
     ) -> None:
         if sum(x is not None for x in (project, experiment, runs)) != 1:
             raise ValueError("give exactly one of project, experiment or runs")
@@ -270,6 +279,9 @@ class LangSmithFeedbackSource:
         if reconcile_every is not None and reconcile_every < 1:
             raise ValueError("reconcile_every must be at least 1 (or None: never)")
         self.reconcile_every = reconcile_every
+        self.run_projects = {
+            str(r): str(p) for r, p in (run_projects or {}).items() if as_uuid_str(p)
+        }
         self._reconciled = False
         self._project_id: str | None = None
 
@@ -343,12 +355,23 @@ class LangSmithFeedbackSource:
         """The runs whose feedback on `key` changed since the last sync, or None.
 
         None means a full listing is needed: this is a first sync, a reconciling one,
-        a sync over explicit runs, or the deployment cannot bound feedback by its
-        modification time (runs read through v1).
+        a sync over runs whose projects are not known, or the deployment cannot bound
+        feedback by its modification time (runs read through v1).
         """
-        project_ids = self._project_ids()
+        scope: set[str] | None = None
+        if self.run_ids is None:
+            project_ids = self._project_ids() or []
+            fresh: set[str] = set()
+        else:
+            # Explicit runs (a queue's archived items): their projects bound the queries;
+            # runs new to the scope are read whole, whatever their feedback's age.
+            if any(r not in self.run_projects for r in self.run_ids):
+                return None
+            scope = set(self.run_ids)
+            project_ids = sorted({self.run_projects[r] for r in scope})
+            fresh = scope - set(state.get("runs_seen") or [])
         created_at, modified_at = state.get("cursor_created"), state.get("cursor_modified")
-        if not project_ids or not created_at or not modified_at:
+        if not created_at or not modified_at or (not project_ids and not fresh):
             return None
         if state.get("fingerprint") != self._fingerprint():
             return None  # another policy or mapping: every run is resolved again
@@ -356,7 +379,7 @@ class LangSmithFeedbackSource:
             return None
         created = dt.datetime.fromisoformat(created_at) - _OVERLAP
         modified = dt.datetime.fromisoformat(modified_at) - _OVERLAP
-        changed: set[str] = set()
+        changed: set[str] = set(fresh)
         for project_id in project_ids:
             edited = self.api.runs_with_feedback_modified(project_id, key, modified)
             if edited is None:
@@ -376,7 +399,7 @@ class LangSmithFeedbackSource:
                 continue  # re-listed by the overlap, and unchanged since
             if fb.run_id is not None:
                 changed.add(str(fb.run_id))
-        return changed
+        return changed if scope is None else changed & scope
 
     def _fingerprint(self) -> str:
         settings = [
@@ -621,6 +644,8 @@ class LangSmithFeedbackSource:
             for k, v in cursors.items():
                 state[f"cursor_{k}"] = v
             state["fingerprint"] = self._fingerprint()
+            if self.run_ids is not None:
+                state["runs_seen"] = sorted(set(state.get("runs_seen") or []) | set(self.run_ids))
             state["incremental"] = 0 if changed is None else state.get("incremental", 0) + 1
             self._reconciled = self._reconciled or changed is None
             store.set_meta(state_key, state)

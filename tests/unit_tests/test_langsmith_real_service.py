@@ -377,3 +377,36 @@ def test_an_incremental_sync_reads_only_the_runs_whose_feedback_changed(
     client.delete_feedback(old[3])  # deletions on untouched runs wait for a full sync
     assert source.sync(judge).removed == []  # the 2nd incremental sync
     assert source.sync(judge).removed == [f"langsmith:{old[3]}"]  # the 3rd: full
+
+
+def test_a_pull_reads_the_feedback_of_new_and_changed_items_only(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    project = server.add_project("prod")
+    runs = [add_run(server, project, i) for i in range(120)]
+    queue = JudgeAnnotationQueue(judge, client)
+    queue.send(runs=[r["id"] for r in runs])
+    two_days_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=2)
+    for i, run in enumerate(runs):
+        at = (two_days_ago + dt.timedelta(minutes=i)).isoformat()
+        server.add_feedback(run["id"], KEY, score=i % 2, user=f"r{i}", created_at=at,
+                            modified_at=at, feedback_source={"type": "app"})  # fmt: skip
+        server.mark_queue_item(queue.queue_id, run["id"], reviewer=f"r{i}")
+
+    def by_run(since: int) -> list[Any]:
+        return [q for q in server.requests_to("/feedback", "GET")[since:] if "run" in q.query]
+
+    mark = len(server.requests_to("/feedback", "GET"))
+    assert len(queue.pull().added) == 120
+    assert len(by_run(mark)) == 3  # a first pull reads every archived run's feedback
+
+    late = add_run(server, project, 500)
+    queue.send(runs=[late["id"]])
+    server.add_feedback(late["id"], KEY, score=0, user="zoe", feedback_source={"type": "app"})
+    server.mark_queue_item(queue.queue_id, late["id"], reviewer="zoe")
+    mark = len(server.requests_to("/feedback", "GET"))
+    pulled = queue.pull()
+    assert len(pulled.added) == 1
+    [listing] = by_run(mark)  # not the 120 runs archived before
+    assert late["id"] in listing.query["run"]
+    assert len(listing.query["run"]) <= 1 + 11  # the new run, and the cursor's overlap
