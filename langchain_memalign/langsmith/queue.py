@@ -180,7 +180,18 @@ class JudgeAnnotationQueue:
         if mine:
             used = mine[0].get("feedback_config")
             used_config = getattr(used, "feedback_config", None)
-            if used_config is not None and not same_config(used_config, wanted):
+            if used_config is None and config_id is not None:
+                # its config was deleted (or never set): pin the judge's
+                pinned = [
+                    cast(
+                        ls_schemas.AnnotationQueueRubricItem,
+                        {k: v for k, v in i.items() if k != "feedback_config"}
+                        | ({"feedback_config_id": uuid.UUID(config_id)} if i is mine[0] else {}),
+                    )
+                    for i in rubric
+                ]
+                self.client.update_annotation_queue(queue.id, rubric_items=pinned)
+            elif used_config is not None and not same_config(used_config, wanted):
                 raise FeedbackConfigMismatchError(
                     f"annotation queue {self.name!r} grades {key!r} on "
                     f"{describe_config(used_config)}, not on the judge's scale "

@@ -225,6 +225,19 @@ def test_a_smithdb_only_deployment_is_read_through_v2_without_start_times(
         assert query.json["min_start_time"] < project["start_time"]
 
 
+def test_bare_run_ids_are_refused_where_runs_are_read_by_project_only(
+    judge: MemAlignJudge,
+) -> None:
+    with LangSmithTestServer(query_backend="smithdb_only") as server:
+        project = server.add_project("prod")
+        run = add_run(server, project, 0)
+        with connect(server) as client:
+            with pytest.raises(ValueError, match="project"):
+                write_verdicts(judge, client, runs=[run["id"]])
+            [verdict] = write_verdicts(judge, client, project="prod")  # through the project
+        assert verdict.run_id == run["id"]
+
+
 def test_a_clickhouse_only_deployment_is_read_through_v1(judge: MemAlignJudge) -> None:
     with LangSmithTestServer(query_backend="clickhouse_only") as server:
         project = server.add_project("prod")
