@@ -379,7 +379,7 @@ class LangSmithFeedbackSource:
             return None
         created = dt.datetime.fromisoformat(created_at) - _OVERLAP
         modified = dt.datetime.fromisoformat(modified_at) - _OVERLAP
-        changed: set[str] = set(fresh)
+        changed: set[str] = set(fresh) | set(state.get("retry_runs") or [])
         for project_id in project_ids:
             edited = self.api.runs_with_feedback_modified(project_id, key, modified)
             if edited is None:
@@ -644,6 +644,10 @@ class LangSmithFeedbackSource:
             for k, v in cursors.items():
                 state[f"cursor_{k}"] = v
             state["fingerprint"] = self._fingerprint()
+            # reviews whose run was not found yet (ingestion lag) are read again next time
+            state["retry_runs"] = sorted(
+                {r.run_id for r in todo if skipped.get(r.langsmith_id, "").endswith("not found")}
+            )
             if self.run_ids is not None:
                 state["runs_seen"] = sorted(set(state.get("runs_seen") or []) | set(self.run_ids))
             state["incremental"] = 0 if changed is None else state.get("incremental", 0) + 1

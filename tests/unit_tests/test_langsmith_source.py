@@ -607,6 +607,9 @@ def test_missing_run_is_retried_on_the_next_sync(
     source = LangSmithFeedbackSource(client, project="prod")
     report = source.sync(judge)
     assert "was not found" in report.skipped[lsid] and judge.feedback_ids == []
+    assert source.sync(judge).skipped == report.skipped  # still not there: tried again
+    long_ago = "2020-01-01T00:00:00+00:00"  # before the cursors: only the retry finds it
+    server.feedback[lsid].update(created_at=long_ago, modified_at=long_ago)
     server.add_run(id=run_id, session_id=project["id"], inputs={"q": "late"}, outputs={"a": "x"})
     assert source.sync(judge).aligned == [fid(lsid)]
 
