@@ -61,3 +61,18 @@ class MemoryFormatError(MemAlignError):
 
 class EmbeddingMismatchError(MemAlignError):
     """A memory is opened with a different embedding model than it was built with."""
+
+
+class FeedbackConfigMismatchError(MemAlignError, ValueError):
+    """The LangSmith workspace interprets the judge's feedback key on another scale.
+
+    Reviews written on that config (e.g. 0–10 for a pass/fail judge) could not
+    be read on the judge's scale, so nothing is created until the workspace
+    config, the judge's name or its scale is changed.
+    """
+
+    def __init__(self, message: str, *, key: str, existing: Any = None, wanted: Any = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.existing = existing
+        self.wanted = wanted

@@ -277,6 +277,8 @@ class LangSmithTestServer:
         zstd_compression: bool = False,
         tenant_id: str = _DEFAULT_TENANT_ID,
         runs_v2: bool = True,
+        query_backend: str | None = None,
+        enforced_feedback_configs: bool = False,
     ) -> None:
         """Configure the server; call :meth:`start` (or use ``with``) to serve.
 
@@ -297,6 +299,22 @@ class LangSmithTestServer:
             runs_v2: Serve the v2 run endpoints (``/api/v2/runs/...``) that the
                 client's current ``runs`` resource uses; False answers them with 404,
                 like a self-hosted server older than 0.16.
+            query_backend: What ``/info``'s ``instance_flags`` say about run queries, as
+                the SDK reads them (``ch_query_enabled``/``sdb_query_enabled``):
+                ``"clickhouse_only"``, ``"dual"`` or ``"smithdb_only"``; None (the default)
+                means ``"dual"`` when ``runs_v2`` and no flags at all otherwise (an older
+                server). On ``"smithdb_only"`` the v1 run reads (``/runs/query``,
+                ``GET /runs/{id}``) answer 400, as they do not work on that storage.
+            enforced_feedback_configs: The workspace has enforced feedback configs on: a
+                second, different config for a key is added next to the first instead of
+                answering 400 (unless the key has an enforced config: 409).
+
+        Strict like the real service: ``feedback_source.user_id`` is stamped from the
+        caller's API key (see :meth:`add_user`), ``user_name`` is only returned with
+        ``include_user_names=true``; feedback carries only the fields it was stored with;
+        queue item statuses are per reviewer and an item is archived once the queue's
+        review requirements are met; status updates take item ids only; runs on the base
+        retention tier can be expired with :meth:`expire_base_runs`.
         """
         self.host = host
         self.port = port
@@ -306,6 +324,15 @@ class LangSmithTestServer:
         self.zstd_compression = zstd_compression
         self.tenant_id = tenant_id
         self.runs_v2 = runs_v2
+        if query_backend is None:
+            query_backend = "dual" if runs_v2 else None
+        if query_backend not in (None, "clickhouse_only", "dual", "smithdb_only"):
+            raise ValueError(f"unknown query_backend {query_backend!r}")
+        self.query_backend = query_backend
+        self.enforced_feedback_configs = enforced_feedback_configs
+        # API key -> user ({"id", "name"}); the caller of the request being handled
+        self.users: dict[str, JSON] = {}
+        self._caller_key: str | None = None
 
         self.lock = threading.RLock()
         self.requests: list[RecordedRequest] = []
@@ -316,11 +343,13 @@ class LangSmithTestServer:
         self.runs: dict[str, JSON] = {}
         self.attachments: dict[tuple[str, str], tuple[str, bytes]] = {}
         self.feedback: dict[str, JSON] = {}
-        self.feedback_configs: dict[str, JSON] = {}
+        # every config of a key, the first one first (``feedback_configs`` shows the first)
+        self.feedback_config_sets: dict[str, list[JSON]] = {}
         self.annotation_queues: dict[str, JSON] = {}
         self.queue_items: dict[str, list[JSON]] = {}
         self.datasets: dict[str, JSON] = {}
         self.examples: dict[str, JSON] = {}
+        self.extended_traces: set[str] = set()
 
         self._seq = 0
         self._httpd: ThreadingHTTPServer | None = None
@@ -383,11 +412,12 @@ class LangSmithTestServer:
                 self.runs,
                 self.attachments,
                 self.feedback,
-                self.feedback_configs,
+                self.feedback_config_sets,
                 self.annotation_queues,
                 self.queue_items,
                 self.datasets,
                 self.examples,
+                self.extended_traces,
             ):
                 store.clear()
 
@@ -476,11 +506,84 @@ class LangSmithTestServer:
             self._apply_run_post(fields)
             return self.runs[_uuid_str(fields["id"])]
 
-    def add_feedback(self, run_id: Any = None, key: str = "score", **fields: Any) -> JSON:
-        """Store a feedback record as if created by ``POST /feedback``."""
+    def add_feedback(
+        self, run_id: Any = None, key: str = "score", *, user: str | None = None, **fields: Any
+    ) -> JSON:
+        """Store a feedback record as if created by ``POST /feedback``.
+
+        ``user`` is the reviewer's name (a reviewer in the UI, or the owner of the API key a
+        tool wrote through): the record gets that user's id, as the service stamps it. A
+        ``feedback_source`` with a ``user_name`` and no ``user_id`` is read the same way.
+        """
         body = {"run_id": run_id, "key": key, **fields}
+        source = dict(body.get("feedback_source") or {})
+        name = user or source.get("user_name")
+        if name is not None and not source.get("user_id"):
+            source["user_id"] = self.user_named(name)["id"]
+        body["feedback_source"] = source or None
         with self.lock:
-            return self._store_feedback(body)
+            # seeded records are stored with what was given (session, start time...)
+            return self._store_feedback(body, stamp_user=False)
+
+    # -- users (API keys) ----------------------------------------------------
+
+    def add_user(self, api_key: str, name: str | None, user_id: str | None = None) -> JSON:
+        """Register the user behind an API key (a service key has no name)."""
+        with self.lock:
+            user = {"id": user_id or str(uuid.uuid5(uuid.NAMESPACE_OID, api_key)), "name": name}
+            self.users[api_key] = user
+            return user
+
+    def user_named(self, name: str) -> JSON:
+        """The user with this display name (registered under a key of the same name)."""
+        with self.lock:
+            for user in self.users.values():
+                if user["name"] == name:
+                    return user
+            return self.add_user(f"key-of-{name}", name)
+
+    def _caller(self) -> JSON:
+        """The user whose API key made the request being handled."""
+        key = self._caller_key or "anonymous"
+        user = self.users.get(key)
+        if user is None:
+            user = self.add_user(key, None)
+        return user
+
+    def _user_name(self, user_id: Any) -> str | None:
+        for user in self.users.values():
+            if user["id"] == str(user_id):
+                return str(user["name"]) if user["name"] is not None else None
+        return None
+
+    # -- retention -------------------------------------------------------------
+
+    def expire_base_runs(self) -> list[str]:
+        """Delete the runs whose trace is still on the base retention tier (as time would).
+
+        A trace moves to the extended tier when feedback is created on it with
+        ``extend_trace_retention`` (the SDK's default) or when it is queued with
+        ``extend_trace_retention=true``. Returns the ids deleted.
+        """
+        with self.lock:
+            gone = [
+                rid
+                for rid, run in self.runs.items()
+                if str(run.get("trace_id") or rid) not in self.extended_traces
+            ]
+            for rid in gone:
+                del self.runs[rid]
+            return gone
+
+    def _extend_trace(self, run_id: str | None) -> None:
+        run = self.runs.get(run_id or "")
+        if run is not None:
+            self.extended_traces.add(str(run.get("trace_id") or run["id"]))
+
+    @property
+    def feedback_configs(self) -> dict[str, JSON]:
+        """Each key's first feedback config (``feedback_config_sets`` has them all)."""
+        return {k: v[0] for k, v in self.feedback_config_sets.items() if v}
 
     # -- dispatch ------------------------------------------------------------
 
@@ -504,6 +607,7 @@ class LangSmithTestServer:
                     if rule.retry_after is not None:
                         extra["Retry-After"] = f"{rule.retry_after:g}"
                     return rule.status, extra, _dump({"detail": "injected failure"})
+            self._caller_key = headers.get("x-api-key")
             try:
                 payload = self._decode_body(headers, body)
                 record.json = None if isinstance(payload, _Multipart) else payload
@@ -667,8 +771,22 @@ class LangSmithTestServer:
                 "zstd_compression_enabled": self.zstd_compression,
                 "dataset_examples_multipart_enabled": False,
                 "examples_multipart_enabled": False,
+                **self._query_flags(),
             },
         }
+
+    def _query_flags(self) -> JSON:
+        # what the SDK reads to pick v1 or v2 run reads (langsmith _v2_migration_utils)
+        if self.query_backend is None:
+            return {}
+        return {
+            "ch_query_enabled": self.query_backend != "smithdb_only",
+            "sdb_query_enabled": self.query_backend != "clickhouse_only",
+        }
+
+    def _require_v1_runs(self) -> None:
+        if self.query_backend == "smithdb_only":
+            raise HTTPError(400, "v1 run queries are not supported on this deployment (SmithDB)")
 
     def _get_settings(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         return 200, {
@@ -951,6 +1069,7 @@ class LangSmithTestServer:
         return 202, {}
 
     def _read_run(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        self._require_v1_runs()
         return 200, self._run_out(self._run_or_404(match["id"]))
 
     def _update_run(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
@@ -958,6 +1077,7 @@ class LangSmithTestServer:
         return 202, {}
 
     def _query_runs(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        self._require_v1_runs()
         body = body or {}
         runs = list(self.runs.values())
 
@@ -1056,10 +1176,14 @@ class LangSmithTestServer:
     def _run_v2_out(self, run: JSON, selects: list[str] | None) -> JSON:
         v1 = self._run_out(run)
         session = self.sessions.get(str(v1.get("session_id")))
+        extra = dict(v1.get("extra") or {})
+        metadata = extra.pop("metadata", None)
         full = {
             **v1,
+            # v2 serves metadata as its own select (METADATA): EXTRA comes without it
+            "extra": extra,
             "status": str(v1["status"]).upper(),
-            "metadata": (v1.get("extra") or {}).get("metadata"),
+            "metadata": metadata,
             "project_id": v1.get("session_id"),
             "is_root": run.get("parent_run_id") is None,
             "reference_dataset_id": session.get("reference_dataset_id") if session else None,
@@ -1113,6 +1237,21 @@ class LangSmithTestServer:
         if body.get("filter"):
             predicate = _compile_filter(body["filter"])
             runs = [r for r in runs if predicate(self._run_out(r), self)]
+        lo_fb = _parse_time(body.get("min_feedback_modified_at"))
+        hi_fb = _parse_time(body.get("max_feedback_modified_at"))
+        if lo_fb is not None or hi_fb is not None:
+            # bounds on the modified time of the feedback the filter's conditions name
+            keys = set(re.findall(r'feedback_key\s*,\s*"([^"]+)"', body.get("filter") or ""))
+            if not keys:
+                raise HTTPError(400, "feedback modified bounds need a feedback condition")
+            touched = {
+                f["run_id"]
+                for f in self.feedback.values()
+                if f["key"] in keys
+                and (lo_fb is None or _parse_time(f["modified_at"]) >= lo_fb)  # type: ignore[operator]
+                and (hi_fb is None or _parse_time(f["modified_at"]) < hi_fb)  # type: ignore[operator]
+            }
+            runs = [r for r in runs if r["id"] in touched]
         runs.sort(key=lambda r: (r.get("start_time") or "", r["_seq"]), reverse=True)
         offset = int(body.get("cursor") or 0)
         page_size = min(int(body.get("page_size") or 100), self.runs_page_size)
@@ -1138,18 +1277,39 @@ class LangSmithTestServer:
 
     # -- feedback configs ----------------------------------------------------
 
-    def _feedback_config_out(self, key: str) -> JSON:
-        entry = self.feedback_configs[key]
+    def _feedback_config_out(self, entry: JSON) -> JSON:
         return {
-            "id": entry.setdefault("id", str(uuid.uuid5(uuid.NAMESPACE_URL, key))),
-            "feedback_key": key,
-            "feedback_config": entry["feedback_config"],
+            "id": entry["id"],
+            "feedback_key": entry["feedback_key"],
+            "feedback_config": copy.deepcopy(entry["feedback_config"]),
             "tenant_id": self.tenant_id,
-            "modified_at": entry.setdefault("modified_at", _iso(_now())),
+            "modified_at": entry["modified_at"],
             "is_lower_score_better": entry.get("is_lower_score_better"),
             "is_enforced": bool(entry.get("is_enforced")),
-            "is_first": True,
+            "is_first": entry is self.feedback_config_sets[entry["feedback_key"]][0],
         }
+
+    def _config_by_id(self, key: str, config_id: Any) -> JSON | None:
+        for entry in self.feedback_config_sets.get(key, []):
+            if entry["id"] == str(config_id):
+                return entry
+        return None
+
+    def _add_feedback_config(self, key: str, config: JSON, **fields: Any) -> JSON:
+        entry = {
+            "id": str(uuid.uuid4()),
+            "feedback_key": key,
+            "feedback_config": copy.deepcopy(config),
+            "modified_at": _iso(_now()),
+            **fields,
+        }
+        self.feedback_config_sets.setdefault(key, []).append(entry)
+        return entry
+
+    def add_feedback_config(self, key: str, config: JSON, *, is_enforced: bool = False) -> JSON:
+        """Seed a workspace feedback config for ``key`` (as an admin would have made)."""
+        with self.lock:
+            return self._add_feedback_config(key, config, is_enforced=is_enforced)
 
     def _create_feedback_config(
         self, match: re.Match[str], query: Query, body: Any
@@ -1159,33 +1319,44 @@ class LangSmithTestServer:
         config = body.get("feedback_config")
         if not key or not isinstance(config, dict):
             raise HTTPError(422, "feedback_key and feedback_config are required")
-        existing = self.feedback_configs.get(key)
-        if existing is not None and existing["feedback_config"] != config:
-            raise HTTPError(400, "Feedback config already exists")
-        if existing is None:
-            self.feedback_configs[key] = {
-                "feedback_key": key,
-                "feedback_config": copy.deepcopy(config),
-                "is_lower_score_better": body.get("is_lower_score_better"),
-                "is_enforced": body.get("is_enforced"),
-            }
-        return 200, self._feedback_config_out(key)
+        existing = self.feedback_config_sets.get(key, [])
+        for entry in existing:
+            if entry["feedback_config"] == config:  # identical: returned unchanged
+                return 200, self._feedback_config_out(entry)
+        if existing:
+            # As the SDK documents create_feedback_config: a different config is added
+            # next to the existing ones only with enforced configs on, and never next to
+            # an enforced one; otherwise 400.
+            if any(e.get("is_enforced") for e in existing) or body.get("is_enforced"):
+                raise HTTPError(409, f"feedback key {key!r} already has an enforced config")
+            if not self.enforced_feedback_configs:
+                raise HTTPError(400, "Feedback config already exists")
+        entry = self._add_feedback_config(
+            key,
+            config,
+            is_lower_score_better=body.get("is_lower_score_better"),
+            is_enforced=bool(body.get("is_enforced")),
+        )
+        return 200, self._feedback_config_out(entry)
 
     def _list_feedback_configs(
         self, match: re.Match[str], query: Query, body: Any
     ) -> tuple[int, Any]:
-        keys = set(_many(query, "key")) or set(self.feedback_configs)
-        return 200, [
-            self._feedback_config_out(k) for k in sorted(keys & set(self.feedback_configs))
-        ]
+        keys = set(_many(query, "key")) or set(self.feedback_config_sets)
+        every = _bool(_first(query, "include_all_configs")) or False
+        out = []
+        for key in sorted(keys & set(self.feedback_config_sets)):
+            entries = self.feedback_config_sets[key]
+            out.extend(self._feedback_config_out(e) for e in (entries if every else entries[:1]))
+        return 200, _paginate(out, query)
 
     def _delete_feedback_config(
         self, match: re.Match[str], query: Query, body: Any
     ) -> tuple[int, Any]:
         key = _first(query, "feedback_key")
-        if key is None or key not in self.feedback_configs:
+        if key is None or key not in self.feedback_config_sets:
             raise HTTPError(404, f"feedback config {key!r} not found")
-        del self.feedback_configs[key]
+        del self.feedback_config_sets[key]
         return 200, {}
 
     # -- feedback ------------------------------------------------------------
@@ -1217,16 +1388,16 @@ class LangSmithTestServer:
             entry["avg"] = sum(scores) / len(scores) if scores else None
         return stats or None
 
-    def _feedback_out(self, fb: JSON) -> JSON:
+    def _feedback_out(self, fb: JSON, *, user_names: bool = False) -> JSON:
+        # Only what was stored: no start time or trace id filled in from the run.
         out = {k: v for k, v in fb.items() if not k.startswith("_")}
-        out["session_id"] = self._feedback_session(fb)
-        run = self.runs.get(fb.get("run_id") or "")
-        if run is not None:
-            out["trace_id"] = out.get("trace_id") or run.get("trace_id")
-            out["start_time"] = out.get("start_time") or run.get("start_time")
+        source = dict(out["feedback_source"])
+        # user names are resolved on request only (GET /feedback?include_user_names=true)
+        source["user_name"] = self._user_name(source.get("user_id")) if user_names else None
+        out["feedback_source"] = source
         return copy.deepcopy(out)
 
-    def _store_feedback(self, body: JSON, *, upsert: bool = False) -> JSON:
+    def _store_feedback(self, body: JSON, *, upsert: bool = False, stamp_user: bool = True) -> JSON:
         body = dict(body)
         feedback_id = _maybe_uuid(body.get("id")) or str(uuid.uuid4())
         if feedback_id in self.feedback and not upsert:
@@ -1236,23 +1407,25 @@ class LangSmithTestServer:
         session_id = _maybe_uuid(body.get("session_id"))
         if run_id is None and session_id is None and trace_id is None:
             raise HTTPError(422, "feedback needs run_id, trace_id or session_id")
+        if session_id is None and run_id is not None:
+            # the service files run feedback under the run's project when it is not given
+            run = self.runs.get(run_id)
+            session_id = run.get("session_id") if run else None
         source = body.get("feedback_source") or {"type": "api"}
+        # The service stamps who wrote the feedback from the API key; what the client
+        # says about the user is ignored. (Seeded records keep the user they were given.)
+        user_id = self._caller()["id"] if stamp_user else source.get("user_id")
         source = {
             "type": source.get("type") or "api",
             "metadata": source.get("metadata") or {},
-            "user_id": source.get("user_id"),
-            "user_name": source.get("user_name"),
-            "ls_user_id": source.get("ls_user_id"),
+            "user_id": user_id,
+            "user_name": None,
         }
         now = _iso(_now())
-        if body.get("feedback_config"):
-            self.feedback_configs.setdefault(
-                body["key"],
-                {
-                    "feedback_key": body["key"],
-                    "feedback_config": body["feedback_config"],
-                },
-            )
+        if body.get("feedback_config") and not self.feedback_config_sets.get(body["key"]):
+            self._add_feedback_config(body["key"], body["feedback_config"])
+        if body.get("extend_trace_retention", True):
+            self._extend_trace(run_id or trace_id)
         fb: JSON = {
             "id": feedback_id,
             "run_id": run_id,
@@ -1293,7 +1466,7 @@ class LangSmithTestServer:
         if keys := set(_many(query, "key")):
             items = [f for f in items if f["key"] in keys]
         if sessions := {_uuid_str(s) for s in _many(query, "session")}:
-            items = [f for f in items if self._feedback_session(f) in sessions]
+            items = [f for f in items if f.get("session_id") in sessions]
         if sources := {_source_type(s) for s in _many(query, "source")}:
             items = [f for f in items if f["feedback_source"]["type"] in sources]
         if users := set(_many(query, "user")):
@@ -1313,7 +1486,8 @@ class LangSmithTestServer:
         if (hi := _first(query, "max_created_at")) is not None:
             items = [f for f in items if _parse_time(f["created_at"]) <= _parse_time(hi)]  # type: ignore[operator]
         items.sort(key=lambda f: (f["created_at"], f["_seq"]), reverse=True)
-        return 200, [self._feedback_out(f) for f in _paginate(items, query)]
+        names = _bool(_first(query, "include_user_names")) or False
+        return 200, [self._feedback_out(f, user_names=names) for f in _paginate(items, query)]
 
     def _read_feedback(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         return 200, self._feedback_out(self._feedback_or_404(match["id"]))
@@ -1323,11 +1497,6 @@ class LangSmithTestServer:
         for key in ("score", "value", "comment", "correction"):
             if key in (body or {}):
                 fb[key] = body[key]
-        if (body or {}).get("feedback_config"):
-            self.feedback_configs[fb["key"]] = {
-                "feedback_key": fb["key"],
-                "feedback_config": body["feedback_config"],
-            }
         fb["modified_at"] = _iso(_now())
         return 200, self._feedback_out(fb)
 
@@ -1512,16 +1681,43 @@ class LangSmithTestServer:
             rubric = []
             for item in queue.get("rubric_items") or []:
                 entry = dict(item)
-                # read-only: the key's feedback config, as a FeedbackConfigSchema
+                # read-only: the item's config, or the key's first one when it has none
                 key = entry.get("feedback_key", "")
-                has_config = key in self.feedback_configs
-                entry["feedback_config"] = self._feedback_config_out(key) if has_config else None
+                config = self._config_by_id(key, entry.get("feedback_config_id"))
+                if config is None and self.feedback_config_sets.get(key):
+                    config = self.feedback_config_sets[key][0]
+                entry["feedback_config"] = self._feedback_config_out(config) if config else None
                 rubric.append(entry)
             out["rubric_items"] = rubric
         else:
             out.pop("rubric_items", None)
             out.pop("rubric_instructions", None)
         return copy.deepcopy(out)
+
+    def _rubric_in(self, items: Any, previous: list[JSON]) -> list[JSON]:
+        """Rubric items as stored: the config each one uses is pinned by id.
+
+        As the SDK documents ``feedback_config_id``: the key's enforced config wins, an
+        item that already has a config keeps it, and ``feedback_config`` is ignored.
+        """
+        before = {i.get("feedback_key"): i.get("feedback_config_id") for i in previous}
+        stored = []
+        for raw in items or []:
+            item = {k: v for k, v in dict(raw).items() if k != "feedback_config"}
+            key = item.get("feedback_key", "")
+            enforced = [e for e in self.feedback_config_sets.get(key, []) if e.get("is_enforced")]
+            if enforced:
+                item["feedback_config_id"] = enforced[0]["id"]
+            elif before.get(key):
+                item["feedback_config_id"] = before[key]
+            elif item.get("feedback_config_id") is not None:
+                if self._config_by_id(key, item["feedback_config_id"]) is None:
+                    raise HTTPError(
+                        400, f"feedback config {item['feedback_config_id']} is not one of {key!r}"
+                    )
+                item["feedback_config_id"] = str(item["feedback_config_id"])
+            stored.append(item)
+        return stored
 
     def _create_queue(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         body = body or {}
@@ -1540,7 +1736,10 @@ class LangSmithTestServer:
             "updated_at": now,
             "tenant_id": self.tenant_id,
             "rubric_instructions": body.get("rubric_instructions"),
-            "rubric_items": copy.deepcopy(body.get("rubric_items")) or [],
+            "rubric_items": self._rubric_in(body.get("rubric_items"), []),
+            "num_reviewers_per_item": body.get("num_reviewers_per_item") or 1,
+            "reviewer_access_mode": body.get("reviewer_access_mode") or "any",
+            "assigned_reviewers": body.get("assigned_reviewers") or [],
             "_seq": self._next_seq(),
         }
         self.annotation_queues[queue_id] = queue
@@ -1566,9 +1765,13 @@ class LangSmithTestServer:
     def _update_queue(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         queue = self._queue_or_404(match["id"])
         for key, value in (body or {}).items():
-            if key != "id" and value is not None:
+            if key == "rubric_items" and value is not None:
+                queue[key] = self._rubric_in(value, queue.get("rubric_items") or [])
+            elif key != "id" and value is not None:
                 queue[key] = copy.deepcopy(value)
         queue["updated_at"] = _iso(_now())
+        for item in self.queue_items.get(queue["id"], []):
+            self._settle(queue, item)
         return 200, self._queue_out(queue, details=True)
 
     def _delete_queue(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
@@ -1595,11 +1798,35 @@ class LangSmithTestServer:
             or (run.get("start_time") if run else None),
             "added_at": _iso(_now()),
             "last_reviewed_time": None,
+            # "completed" once archived (the queue's review requirements met); per-reviewer
+            # statuses are in "reviews" (user id -> "viewed" | "completed")
             "status": None,
+            "reviews": {},
             "source_proposed_example_id": _maybe_uuid(key.get("source_proposed_example_id")),
         }
         items.append(item)
         return item
+
+    def _settle(self, queue: JSON, item: JSON) -> None:
+        """Archive an item once the queue's review requirements are met."""
+        done = {u for u, st in item["reviews"].items() if st == "completed"}
+        assigned = [str(r.get("id", r)) for r in queue.get("assigned_reviewers") or []]
+        if queue.get("reviewer_access_mode") == "assigned" and assigned:
+            archived = set(assigned) <= done
+        else:
+            archived = len(done) >= int(queue.get("num_reviewers_per_item") or 1)
+        if archived:
+            item["status"] = "completed"
+        else:
+            item["status"] = "viewed" if item["reviews"] else None
+
+    def _review_item(self, item: JSON, user_id: str, status: str | None) -> None:
+        if status is None:
+            item["reviews"].pop(user_id, None)  # a null status re-shows the item
+        else:
+            item["reviews"][user_id] = status
+        item["last_reviewed_time"] = _iso(_now())
+        self._settle(self.annotation_queues[item["queue_id"]], item)
 
     @staticmethod
     def _item_create_out(item: JSON) -> JSON:
@@ -1630,11 +1857,23 @@ class LangSmithTestServer:
         return 200, [self._item_create_out(i) for i in added]
 
     def _filter_items(self, queue_id: str, status: str | None) -> list[JSON]:
+        """The items in one review section, as the calling reviewer sees them."""
         items = list(self.queue_items.get(queue_id, []))
+        me = self._caller()["id"]
         if status == "completed" or status == "archived":
             items = [i for i in items if i["status"] == "completed"]
-        elif status in ("needs_my_review", "needs_others_review"):
-            items = [i for i in items if i["status"] != "completed"]
+        elif status == "needs_my_review":
+            items = [
+                i
+                for i in items
+                if i["status"] != "completed" and i["reviews"].get(me) != "completed"
+            ]
+        elif status == "needs_others_review":
+            items = [
+                i
+                for i in items
+                if i["status"] != "completed" and i["reviews"].get(me) == "completed"
+            ]
         return items
 
     def _queue_run_out(self, item: JSON) -> JSON:
@@ -1661,7 +1900,7 @@ class LangSmithTestServer:
                 "added_at": item["added_at"],
                 "effective_added_at": item["added_at"],
                 "last_reviewed_time": item["last_reviewed_time"],
-                "completed_by": ["fake-user"] if item["status"] == "completed" else [],
+                "completed_by": _completed_by(item),
                 "source_proposed_example_id": item.get("source_proposed_example_id"),
             }
         )
@@ -1682,28 +1921,28 @@ class LangSmithTestServer:
             raise HTTPError(404, f"no run at index {index}")
         return 200, self._queue_run_out(items[index])
 
-    def _find_item(self, queue_id: str, ident: str) -> JSON:
+    def _find_item(self, queue_id: str, ident: str, *, by: str = "item") -> JSON:
+        """An item by its id (``by="item"``) or, for the legacy run paths, by run id."""
         ident = _uuid_str(ident)
+        field = "id" if by == "item" else "run_id"
         for item in self.queue_items.get(queue_id, []):
-            if ident in (item["id"], item["run_id"]):
+            if item[field] == ident:
                 return item
-        raise HTTPError(404, f"run {ident} is not in queue {queue_id}")
+        raise HTTPError(404, f"{'queue item' if by == 'item' else 'run'} {ident} not found")
 
     def _update_queue_run(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         queue = self._queue_or_404(match["id"])
-        item = self._find_item(queue["id"], match["run"])
+        item = self._find_item(queue["id"], match["run"], by="run")
         body = body or {}
         if "last_reviewed_time" in body:
             item["last_reviewed_time"] = _norm_time(body["last_reviewed_time"])
-            if item["status"] is None and item["last_reviewed_time"]:
-                item["status"] = "viewed"
         if body.get("added_at"):
             item["added_at"] = _norm_time(body["added_at"])
         return 200, self._item_create_out(item)
 
     def _delete_queue_run(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         queue = self._queue_or_404(match["id"])
-        item = self._find_item(queue["id"], match["run"])
+        item = self._find_item(queue["id"], match["run"], by="run")
         self.queue_items[queue["id"]].remove(item)
         return 200, {}
 
@@ -1735,26 +1974,25 @@ class LangSmithTestServer:
             raise HTTPError(422, f"invalid status {status!r}")
         for items in self.queue_items.values():
             for item in items:
-                if ident in (item["id"], item["run_id"]):
-                    if status is not None:
-                        item["status"] = status
-                    item["last_reviewed_time"] = _iso(_now())
+                if ident == item["id"]:  # a run id is not an item id
+                    self._review_item(item, self._caller()["id"], status)
                     if body.get("override_added_at"):
                         item["added_at"] = _norm_time(body["override_added_at"])
                     return 200, {
                         "queue_item_id": item["id"],
-                        "status": item["status"],
+                        "status": status,
                         "is_archived": item["status"] == "completed",
                         "override_added_at": body.get("override_added_at"),
                     }
         raise HTTPError(404, f"queue item {ident} not found")
 
-    def mark_queue_item(self, queue_id: Any, run_id: Any, status: str = "completed") -> JSON:
-        """Set a queue item's review status directly (as a reviewer in the UI would)."""
+    def mark_queue_item(
+        self, queue_id: Any, run_id: Any, status: str = "completed", *, reviewer: str = "reviewer"
+    ) -> JSON:
+        """Record one reviewer's status on a queued run (as they would in the UI)."""
         with self.lock:
-            item = self._find_item(_uuid_str(queue_id), str(run_id))
-            item["status"] = status
-            item["last_reviewed_time"] = _iso(_now())
+            item = self._find_item(_uuid_str(queue_id), str(run_id), by="run")
+            self._review_item(item, self.user_named(reviewer)["id"], status)
             return item
 
     @staticmethod
@@ -1770,7 +2008,7 @@ class LangSmithTestServer:
             "effective_added_at": item["added_at"],
             "last_reviewed_time": item["last_reviewed_time"],
             "source_proposed_example_id": item.get("source_proposed_example_id"),
-            "completed_by": ["fake-user"] if item["status"] == "completed" else [],
+            "completed_by": _completed_by(item),
             "assigned_to": [],
             "reserved_by": [],
             "thread_id": None,
@@ -1778,11 +2016,14 @@ class LangSmithTestServer:
 
     def _create_items(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         queue = self._queue_or_404(match["id"])
+        extend = _bool(_first(query, "extend_trace_retention")) or False  # default: false
         added = []
         for entry in (body or {}).get("items") or []:
             if entry.get("item_type", "RUN") != "RUN":
                 raise HTTPError(422, "fake server only supports RUN items")
             added.append(self._add_item(queue["id"], entry))
+            if extend:
+                self._extend_trace(added[-1]["run_id"])
         return 200, {"items": [self._platform_item_out(i) for i in added]}
 
     def _list_items(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
@@ -1802,7 +2043,7 @@ class LangSmithTestServer:
 
     def _update_item(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         queue = self._queue_or_404(match["id"])
-        item = self._find_item(queue["id"], match["item"])
+        item = self._find_item(queue["id"], match["item"], by="item")
         body = body or {}
         if body.get("last_reviewed_time"):
             item["last_reviewed_time"] = _norm_time(body["last_reviewed_time"])
@@ -1814,7 +2055,7 @@ class LangSmithTestServer:
         queue = self._queue_or_404(match["id"])
         drop = {_uuid_str(i) for i in (body or {}).get("item_ids") or []}
         items = self.queue_items.setdefault(queue["id"], [])
-        items[:] = [i for i in items if i["id"] not in drop and i["run_id"] not in drop]
+        items[:] = [i for i in items if i["id"] not in drop]
         return 200, {"message": "deleted"}
 
 
@@ -1958,6 +2199,10 @@ def _compile_filter(text: str) -> FilterFn:
 @dataclass
 class _Multipart:
     parts: list[tuple[str, dict[str, str], bytes]]
+
+
+def _completed_by(item: JSON) -> list[str]:
+    return [u for u, st in item.get("reviews", {}).items() if st == "completed"]
 
 
 def _strip_prefix(path: str) -> str:

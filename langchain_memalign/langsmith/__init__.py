@@ -3,11 +3,16 @@
 One import for the whole integration:
 
 - feedback in: `LangSmithFeedbackSource`, `FeedbackMapping`, `SyncReport`, `Conflict`;
-- annotation queues: `JudgeAnnotationQueue`, `SendReport`, `CycleReport`;
+- annotation queues: `JudgeAnnotationQueue`, `SendReport`, `CycleReport`,
+  `CompletedItems`;
 - verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
-  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`.
+  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`;
+- errors: `FeedbackConfigMismatchError` (the workspace reads the judge's key on
+  another scale).
 """
 
+from langchain_memalign.errors import FeedbackConfigMismatchError
+from langchain_memalign.langsmith._api import CompletedItems
 from langchain_memalign.langsmith.evaluator import (
     JudgeRunEvaluator,
     Verdict,
@@ -34,9 +39,11 @@ from langchain_memalign.langsmith.source import (
 )
 
 __all__ = [
+    "CompletedItems",
     "Conflict",
     "ConflictPolicy",
     "CycleReport",
+    "FeedbackConfigMismatchError",
     "FeedbackMapping",
     "JudgeAnnotationQueue",
     "JudgeRunEvaluator",

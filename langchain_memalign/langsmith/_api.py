@@ -3,19 +3,29 @@
 langsmith 0.15 marks its run-reading and annotation-queue helpers
 (`list_runs`, `add_runs_to_annotation_queue`, `list_runs_from_annotation_queue`)
 deprecated in favour of the generated v2 resources (`client.runs`,
-`client.annotation_queues.items`). Those need a recent server (0.16, 0.16.14
-for queue items). `LangSmithAPI` uses them when the server says it is recent
-enough and falls back to the older helpers when it is not, or when the server
-answers them with 404/405/501; it remembers the fallback per client.
+`client.annotation_queues.items`).
 
-The v2 resources on `Client` are async; this module drives their synchronous
-twin (the client's generated sync API), so that sync code stays sync.
+Runs are read the way the SDK itself chooses (`Client.read_run`,
+`get_test_results`): from `/info`'s `instance_flags`. A deployment whose
+ClickHouse queries are off (SmithDB only) cannot answer the v1 reads at all;
+one with both, or with SmithDB only, is read through `/v2/runs/query`; one
+with ClickHouse only (or an older server without the flags) through v1. The
+v2 query is keyed by project and start-time window, never by run id alone:
+a run whose start time is unknown is looked up in its project's whole
+lifetime. Queue items use the items API when the server is 0.16.14 or later
+(the version `client.annotation_queues` requires), the older helpers otherwise.
+
+The v2 resources on `Client` are async (`client.runs` is an
+`AsyncRunsResource`); sync code drives their generated synchronous twin, the
+one the SDK's own sync helpers use (`Client._get_langsmith_api_sync`), so that
+it shares the client's credentials, workspace and session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import threading
 import uuid
 import warnings
@@ -28,8 +38,13 @@ from langsmith import Client
 from langsmith import schemas as ls_schemas
 from langsmith import utils as ls_utils
 
+from langchain_memalign.errors import FeedbackConfigMismatchError
+from langchain_memalign.langsmith._fields import describe_config, same_config
+
+# METADATA is its own select on v2: EXTRA comes without the run's metadata.
 _RUN_SELECTS = [
     "ID",
+    "METADATA",
     "NAME",
     "INPUTS",
     "OUTPUTS",
@@ -131,6 +146,41 @@ _INSTANCES: weakref.WeakKeyDictionary[Client, LangSmithAPI] = weakref.WeakKeyDic
 _INSTANCES_LOCK = threading.Lock()
 
 
+class QueryBackend:
+    """Where a deployment serves run queries from (the SDK's reading of `instance_flags`)."""
+
+    CLICKHOUSE_ONLY = "clickhouse_only"
+    SMITHDB_ONLY = "smithdb_only"
+    DUAL = "dual"
+
+
+def query_backend(instance_flags: Mapping[str, Any] | None) -> str:
+    """The query backend `/info`'s instance flags describe.
+
+    The same rule as the SDK's (`langsmith._internal._v2_migration_utils`, private):
+    `ch_query_enabled` defaults to on (older servers predate it), `sdb_query_enabled`
+    to off.
+    """
+    flags = instance_flags or {}
+    ch = bool(flags.get("ch_query_enabled", True))
+    sdb = bool(flags.get("sdb_query_enabled", False))
+    if sdb and not ch:
+        return QueryBackend.SMITHDB_ONLY
+    return QueryBackend.DUAL if sdb else QueryBackend.CLICKHOUSE_ONLY
+
+
+@dataclass(frozen=True)
+class CompletedItems:
+    """What marking queued runs as reviewed did (see `JudgeAnnotationQueue.complete`)."""
+
+    archived: list[str] = field(default_factory=list)
+    """Runs whose queue review requirements are now met: `pull` reads their reviews."""
+    waiting: list[str] = field(default_factory=list)
+    """Runs that still need other reviewers before the queue archives them."""
+    missing: list[str] = field(default_factory=list)
+    """Runs that are not in the queue."""
+
+
 class LangSmithAPI:
     """The calls the integration makes, on current APIs with a fallback to older ones.
 
@@ -142,6 +192,7 @@ class LangSmithAPI:
         self.client = client
         self._use_v2_runs: bool | None = None
         self._use_queue_items: bool | None = None
+        self._project_starts: dict[str, dt.datetime | None] = {}
 
     @classmethod
     def of(cls, client: Client) -> LangSmithAPI:
@@ -163,13 +214,24 @@ class LangSmithAPI:
             return True
         return ls_utils.is_version_greater_or_equal(current, version)
 
+    def backend(self) -> str:
+        """Where the deployment serves run queries from (see `QueryBackend`)."""
+        try:
+            flags = self.client.info.instance_flags
+        except Exception:  # an unreachable /info: the flags' defaults
+            flags = None
+        return query_backend(flags)
+
     def _openapi(self) -> Any | None:
         get = getattr(self.client, "_get_langsmith_api_sync", None)
         return get() if callable(get) else None
 
     def _v2_runs(self) -> Any | None:
         if self._use_v2_runs is None:
-            self._use_v2_runs = self._server_at_least("0.16.0") and self._openapi() is not None
+            # As the SDK decides: v1 only where ClickHouse is the only query backend.
+            self._use_v2_runs = (
+                self.backend() != QueryBackend.CLICKHOUSE_ONLY and self._openapi() is not None
+            )
         return self._openapi() if self._use_v2_runs else None
 
     def _queue_items(self) -> Any | None:
@@ -177,6 +239,12 @@ class LangSmithAPI:
             self._use_queue_items = self._server_at_least("0.16.14") and self._openapi() is not None
         api = self._openapi() if self._use_queue_items else None
         return None if api is None else api.annotation_queues.items
+
+    def _v2_failed(self, error: BaseException) -> None:
+        """Fall back to v1 after an unsupported answer, unless v1 cannot work here."""
+        if not _is_unsupported(error) or self.backend() == QueryBackend.SMITHDB_ONLY:
+            raise error
+        self._use_v2_runs = False
 
     # -- projects ------------------------------------------------------------------------
 
@@ -187,7 +255,16 @@ class LangSmithAPI:
             project: ls_schemas.TracerSession = self.client.read_project(project_id=pid)
         else:
             project = self.client.read_project(project_name=str(name_or_id))
+        self._project_starts[str(project.id)] = _time(project.start_time)
         return project
+
+    def _project_start(self, project_id: str) -> dt.datetime | None:
+        if project_id not in self._project_starts:
+            try:
+                self.project(project_id)
+            except ls_utils.LangSmithNotFoundError:
+                self._project_starts[project_id] = None
+        return self._project_starts[project_id]
 
     # -- feedback ------------------------------------------------------------------------
 
@@ -198,18 +275,27 @@ class LangSmithAPI:
         source_types: Sequence[str],
         project_ids: Sequence[str] | None = None,
         run_ids: Sequence[str] | None = None,
+        created_since: dt.datetime | None = None,
     ) -> Iterator[ls_schemas.Feedback]:
-        """Every feedback record on `key` in the projects or on the runs, all pages."""
+        """Every feedback record on `key` in the projects or on the runs, all pages.
+
+        Reviewers' names are requested (`include_user_names`): without it the service
+        returns only their user ids. `created_since` keeps the records created at or
+        after that time (the only time filter `GET /feedback` has).
+        """
         # Plain strings: the FeedbackSourceType enum is serialized as
         # "FeedbackSourceType.API" in query strings, which servers reject.
         sources = cast(Any, list(source_types))
+        # "true", not True: requests would send "True", which strict parsers refuse
+        kwargs: dict[str, Any] = {"include_user_names": "true"}
+        if created_since is not None:
+            kwargs["min_created_at"] = created_since.isoformat()
         if run_ids is not None:
             for chunk in _chunks(list(run_ids), 50):
                 yield from self.client.list_feedback(
-                    run_ids=chunk, feedback_key=[key], feedback_source_type=sources
+                    run_ids=chunk, feedback_key=[key], feedback_source_type=sources, **kwargs
                 )
             return
-        kwargs: dict[str, Any] = {}
         if project_ids:
             kwargs["session"] = list(project_ids)
         yield from self.client.list_feedback(
@@ -230,45 +316,108 @@ class LangSmithAPI:
         self,
         run_ids: Iterable[str],
         hints: Mapping[str, tuple[str | None, dt.datetime | None]] | None = None,
+        *,
+        projects: Sequence[str] = (),
     ) -> dict[str, RunRecord]:
         """Runs by id; `hints` maps a run id to its project and start time if known.
 
-        Runs that no longer exist (deleted, past retention) are absent from the result.
+        On the v2 API a run is found through its project: the hint's, else each of
+        `projects` in turn. A missing start time widens the window to the project's
+        lifetime. Runs that no longer exist (deleted, past retention), or whose project
+        is unknown on a deployment that only reads runs by project, are absent.
         """
         ids = sorted(set(run_ids))
         hints = hints or {}
         found: dict[str, RunRecord] = {}
         api = self._v2_runs()
         if api is not None:
-            groups: dict[str, list[str]] = {}
-            for rid in ids:
-                project, start = hints.get(rid, (None, None))
-                if project and start:
-                    groups.setdefault(project, []).append(rid)
             try:
-                for project, members in groups.items():
-                    for chunk in _chunks(members):
-                        times = [t for r in chunk if (t := hints[r][1]) is not None]
-                        found.update(
-                            self._query_v2(
-                                api,
-                                project_ids=[project],
-                                ids=chunk,
-                                min_start_time=min(times) - dt.timedelta(seconds=1),
-                                max_start_time=max(times) + dt.timedelta(seconds=1),
-                            )
-                        )
+                for project in [None, *projects]:
+                    groups: dict[str, list[str]] = {}
+                    for rid in ids:
+                        if rid in found:
+                            continue
+                        where = hints.get(rid, (None, None))[0] if project is None else project
+                        if where:
+                            groups.setdefault(where, []).append(rid)
+                    for where, members in groups.items():
+                        found.update(self._read_v2(api, where, members, hints))
             except Exception as e:
-                if not _is_unsupported(e):
-                    raise
-                self._use_v2_runs = False
-            # runs the v2 query did not return (no hint, odd start time) are looked up by id
+                self._v2_failed(e)
+            if self._use_v2_runs:
+                if self.backend() == QueryBackend.SMITHDB_ONLY:
+                    return found  # v1 cannot read runs there: the rest stays unknown
+                # Runs searched in a project and not found there are gone; only runs of
+                # unknown project are left to the v1 lookup by id (ClickHouse has them).
+                ids = [rid for rid in ids if not hints.get(rid, (None, None))[0] and not projects]
             ids = [rid for rid in ids if rid not in found]
         for chunk in _chunks(ids):
             with _legacy():
                 for run in self.client.list_runs(run_ids=chunk):
                     found[str(run.id)] = _from_v1(run)
         return found
+
+    def _read_v2(
+        self,
+        api: Any,
+        project: str,
+        run_ids: Sequence[str],
+        hints: Mapping[str, tuple[str | None, dt.datetime | None]],
+    ) -> dict[str, RunRecord]:
+        found: dict[str, RunRecord] = {}
+        now = dt.datetime.now(dt.UTC)
+        for chunk in _chunks(list(run_ids)):
+            times = [hints.get(r, (None, None))[1] for r in chunk]
+            known = [t for t in times if t is not None]
+            if len(known) == len(times):
+                lo, hi = min(known), max(known)
+            else:
+                # No start time (feedback carries only what it was stored with): search
+                # the project's whole lifetime rather than the API's default last day.
+                start = self._project_start(project)
+                lo = start or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+                hi = now
+            found.update(
+                self._query_v2(
+                    api,
+                    project_ids=[project],
+                    ids=chunk,
+                    min_start_time=lo - dt.timedelta(seconds=1),
+                    max_start_time=hi + dt.timedelta(minutes=1),
+                )
+            )
+        return found
+
+    def runs_with_feedback_modified(
+        self, project_id: str, key: str, since: dt.datetime
+    ) -> list[str] | None:
+        """Ids of the project's runs whose feedback on `key` was modified since `since`.
+
+        Only the v2 query can bound feedback by modification time
+        (`min_feedback_modified_at`, with a feedback condition in the filter); None when
+        the deployment is read through v1, where no listing can.
+        """
+        api = self._v2_runs()
+        if api is None:
+            return None
+        start = self._project_start(project_id) or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+        quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+        try:
+            return [
+                str(run.id)
+                for run in api.runs.query_v2(
+                    project_ids=[project_id],
+                    filter=f'eq(feedback_key, "{quoted}")',
+                    min_feedback_modified_at=since,
+                    min_start_time=start - dt.timedelta(seconds=1),
+                    max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                    selects=["ID"],
+                    page_size=_CHUNK,
+                )
+            ]
+        except Exception as e:
+            self._v2_failed(e)
+            return None
 
     def project_runs(
         self, project: ls_schemas.TracerSession, *, limit: int | None = None
@@ -290,9 +439,7 @@ class LangSmithAPI:
                         break
                 return runs
             except Exception as e:
-                if not _is_unsupported(e):
-                    raise
-                self._use_v2_runs = False
+                self._v2_failed(e)
         with _legacy():
             return [
                 _from_v1(r)
@@ -316,6 +463,50 @@ class LangSmithAPI:
                 out[str(ex.id)] = ex.outputs
         return out
 
+    # -- feedback configs ----------------------------------------------------------------
+
+    def ensure_feedback_config(self, key: str, config: ls_schemas.FeedbackConfig) -> str | None:
+        """The id of the workspace config that reads `key` as `config`, created if needed.
+
+        Raises `FeedbackConfigMismatchError` when the workspace keeps another config for
+        the key and will not take a second one (HTTP 400, or 409 next to an enforced
+        config), or when the key's enforced config is another: reviews would be given on
+        a scale the judge cannot read. None when the server has no feedback configs.
+        """
+        existing = self._configs(key)
+        for entry in existing:
+            if entry.is_enforced and not same_config(entry.feedback_config, config):
+                raise _mismatch(key, entry.feedback_config, config, enforced=True)
+        for entry in existing:
+            if same_config(entry.feedback_config, config):
+                return str(entry.id) if entry.id else None
+        try:
+            created = self.client.create_feedback_config(key, feedback_config=config)
+        except ls_utils.LangSmithError as e:
+            if _status(e) in (400, 409) or "already exists" in str(e):
+                other = existing[0].feedback_config if existing else None
+                raise _mismatch(key, other, config, enforced=_status(e) == 409) from e
+            if _is_unsupported(e):
+                return None
+            raise
+        if not same_config(created.feedback_config, config):  # the service kept its own
+            raise _mismatch(key, created.feedback_config, config, enforced=False)
+        return str(created.id) if created.id else None
+
+    def _configs(self, key: str) -> list[ls_schemas.FeedbackConfigSchema]:
+        try:
+            return [
+                c
+                for c in self.client.list_feedback_configs(
+                    feedback_key=[key], include_all_configs=True
+                )
+                if c.feedback_key == key and not c.is_deleted
+            ]
+        except ls_utils.LangSmithError as e:
+            if _is_unsupported(e):
+                return []
+            raise
+
     # -- annotation queues ---------------------------------------------------------------
 
     def find_queue(self, name: str) -> ls_schemas.AnnotationQueue | None:
@@ -325,18 +516,13 @@ class LangSmithAPI:
                 return queue
         return None
 
-    def ensure_feedback_config(self, key: str, config: ls_schemas.FeedbackConfig) -> bool:
-        """Declare how feedback on `key` is interpreted; False if the workspace keeps another."""
-        try:
-            self.client.create_feedback_config(key, feedback_config=config)
-        except ls_utils.LangSmithError as e:
-            if "already exists" in str(e) or _is_unsupported(e):
-                return False
-            raise
-        return True
+    def queue_items(self, queue_id: str, status: QueueStatus | None) -> list[tuple[str, Any]]:
+        """`(run id, item)` of the runs in a queue (`status=None`: all), in queue order.
 
-    def queue_run_ids(self, queue_id: str, status: QueueStatus | None) -> list[str]:
-        """Ids of the runs in a queue (`status=None`: all of them), in queue order."""
+        `status="completed"` is the archived section: the items whose queue review
+        requirements are met, not those the caller alone has reviewed. Items carry
+        their run's project and start time when the newer items API answers.
+        """
         items = self._queue_items()
         if items is not None:
             try:
@@ -345,24 +531,32 @@ class LangSmithAPI:
                     sections = ["needs_my_review", "needs_others_review", "archived"]
                 else:
                     sections = ["archived" if status == "completed" else status]
-                seen: dict[str, None] = {}
+                seen: dict[str, Any] = {}
                 for section in sections:
                     for item in items.list(queue_id, status=section, page_size=100):
                         if item.run_id:
-                            seen[str(item.run_id)] = None
-                return list(seen)
+                            seen[str(item.run_id)] = item
+                return list(seen.items())
             except Exception as e:
                 if not _is_unsupported(e):
                     raise
                 self._use_queue_items = False
         with _legacy():
             return [
-                str(r.id)
+                (str(r.id), None)
                 for r in self.client.list_runs_from_annotation_queue(queue_id, status=status)
             ]
 
+    def queue_run_ids(self, queue_id: str, status: QueueStatus | None) -> list[str]:
+        """Ids of the runs in a queue (`status=None`: all of them), in queue order."""
+        return [rid for rid, _ in self.queue_items(queue_id, status)]
+
     def add_to_queue(self, queue_id: str, runs: Sequence[RunRecord]) -> None:
-        """Add runs to a queue, with their full lookup keys when known."""
+        """Add runs to a queue with their full lookup keys, extending their retention.
+
+        Queued traces are moved to extended retention (`extend_trace_retention`):
+        on the base tier a run can expire before anyone reviews it.
+        """
         if not runs:
             return
         items = self._queue_items()
@@ -378,7 +572,7 @@ class LangSmithAPI:
                         if run.start_time:
                             item["start_time"] = run.start_time.isoformat()
                         batch.append(item)
-                    items.create(queue_id, items=batch)
+                    items.create(queue_id, items=batch, extend_trace_retention=True)
                     sent += len(batch)
                 return
             except Exception as e:
@@ -395,22 +589,38 @@ class LangSmithAPI:
             else:
                 self.client.add_runs_to_annotation_queue(queue_id, run_ids=[r.id for r in runs])
 
-    def complete_queue_runs(self, queue_id: str, run_ids: Sequence[str]) -> None:
-        """Mark queued runs as reviewed (the reviewer's "Done")."""
-        wanted = set(run_ids)
+    def complete_queue_runs(self, queue_id: str, run_ids: Sequence[str]) -> CompletedItems:
+        """Record the caller's "Done" on queued runs (by their queue item ids).
+
+        The service archives an item only once the queue's review requirements are met
+        (reviewers per item, assigned reviewers): the result says which runs that made
+        archived and which still wait for other reviewers.
+        """
+        wanted = list(dict.fromkeys(run_ids))
+        archived: list[str] = []
+        waiting: list[str] = []
         items = self._queue_items()
         if items is not None:
             try:
-                for section in ("needs_my_review", "needs_others_review"):
-                    for item in items.list(queue_id, status=section, page_size=100):
-                        if item.id and item.run_id in wanted:
-                            items.create_status(item.id, status="completed")
-                return
+                done = set()
+                for run_id, item in self.queue_items(queue_id, None):
+                    if run_id not in wanted or item is None or not item.id:
+                        continue
+                    answer = items.create_status(item.id, status="completed")
+                    (archived if answer.is_archived else waiting).append(run_id)
+                    done.add(run_id)
+                if self._use_queue_items:
+                    return CompletedItems(
+                        archived=[r for r in wanted if r in archived],
+                        waiting=[r for r in wanted if r in waiting],
+                        missing=[r for r in wanted if r not in done],
+                    )
             except Exception as e:
                 if not _is_unsupported(e):
                     raise
                 self._use_queue_items = False
-        offset = 0
+        # Older servers: the legacy status endpoint, by queue item id ("queue_run_id").
+        offset, found = 0, set()
         while True:
             response = self.client.request_with_retries(
                 "GET",
@@ -425,9 +635,16 @@ class LangSmithAPI:
                         f"/annotation-queues/status/{entry['queue_run_id']}",
                         json={"status": "completed"},
                     )
+                    found.add(str(entry["id"]))
             if len(page) < 100:
-                return
+                break
             offset += 100
+        done_now = set(self.queue_run_ids(queue_id, "completed"))
+        return CompletedItems(
+            archived=[r for r in wanted if r in found and r in done_now],
+            waiting=[r for r in wanted if r in found and r not in done_now],
+            missing=[r for r in wanted if r not in found],
+        )
 
     # -- run references ------------------------------------------------------------------
 
@@ -444,10 +661,52 @@ class LangSmithAPI:
             return self.project_runs(self.project(project), limit=limit)
         assert runs is not None
         ready = {r.id: r for r in runs if isinstance(r, RunRecord)}
+        hints: dict[str, tuple[str | None, dt.datetime | None]] = {}
+        for r in runs:
+            if isinstance(r, ls_schemas.Run) and r.session_id:
+                hints[str(r.id)] = (str(r.session_id), _time(r.start_time))
         ids = list(dict.fromkeys(run_id_of(r) for r in runs))
         missing = [i for i in ids if i not in ready]
-        found = {**ready, **self.read_runs(missing)} if missing else ready
+        found = {**ready, **self.read_runs(missing, hints)} if missing else ready
+        if self.backend() == QueryBackend.SMITHDB_ONLY and any(
+            i not in found and i not in hints for i in ids
+        ):
+            raise ValueError(
+                "this LangSmith deployment reads runs only through their project: pass "
+                "Run objects (with session_id) or project=... instead of bare run ids"
+            )
         return [found[i] for i in ids if i in found]
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status behind an SDK error (its sync client keeps it only in the message)."""
+    if isinstance(error, ls_utils.LangSmithConflictError):
+        return 409
+    if isinstance(error, ls_utils.LangSmithNotFoundError):
+        return 404
+    status = getattr(error, "status_code", None)
+    if status is None:
+        status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return status
+    match = re.search(r"\b([45]\d\d) (?:Client|Server) Error", str(error))
+    return int(match.group(1)) if match else None
+
+
+def _mismatch(
+    key: str, existing: Any, wanted: ls_schemas.FeedbackConfig, *, enforced: bool
+) -> FeedbackConfigMismatchError:
+    have = describe_config(existing) if existing else "another config"
+    kind = "an enforced" if enforced else "a"
+    return FeedbackConfigMismatchError(
+        f"the LangSmith workspace has {kind} feedback config for {key!r} on another scale "
+        f"({have}) than the judge's ({describe_config(wanted)}): reviews given on it could "
+        "not be read. Delete or change that config, name the judge differently, or give "
+        "it the workspace's scale.",
+        key=key,
+        existing=existing,
+        wanted=wanted,
+    )
 
 
 def _from_v1(run: ls_schemas.Run) -> RunRecord:
@@ -465,6 +724,10 @@ def _from_v1(run: ls_schemas.Run) -> RunRecord:
 
 
 def _from_v2(run: Any) -> RunRecord:
+    extra = dict(run.extra or {})
+    metadata = getattr(run, "metadata", None)
+    if metadata is not None:  # v2 serves it as its own field; v1 inside extra
+        extra["metadata"] = dict(metadata)
     return RunRecord(
         id=str(run.id),
         project_id=run.project_id,
@@ -474,5 +737,5 @@ def _from_v2(run: Any) -> RunRecord:
         reference_example_id=run.reference_example_id,
         trace_id=run.trace_id,
         name=run.name,
-        extra=dict(run.extra or {}),
+        extra=extra,
     )

@@ -7,7 +7,10 @@ verdicts are written the same way, so labels round-trip:
 
 - bool: score 1/0 (categories "pass"/"fail");
 - numeric: the score, on a continuous config with the scale's bounds;
-- categorical and pairwise: value = the category, score = its index.
+- categorical: value = the category, score = its index;
+- pairwise: value = "A", "B" or "tie", score = 1, 2 or 0, the numbers
+  `Scale.validate_value` reads ("1" is the first response, "0" a tie), so a
+  reviewer's pick and a label typed as a number mean the same thing.
 """
 
 from __future__ import annotations
@@ -24,19 +27,63 @@ from langchain_memalign.scale import Scale
 MISSING = object()
 
 
+def category_numbers(scale: Scale) -> dict[str, int]:
+    """The number LangSmith stores for each label of a categorical, pairwise or bool scale."""
+    if scale.kind == "bool":
+        return {"fail": 0, "pass": 1}
+    if scale.kind == "pairwise":
+        # One mapping for the whole package: the numbers Scale.validate_value accepts
+        # for a pairwise label ("1" -> A, "2" -> B, "0" -> tie).
+        return {"A": 1, "B": 2, "tie": 0}
+    return {c: i for i, c in enumerate(scale.choices)}
+
+
 def feedback_config(scale: Scale) -> ls_schemas.FeedbackConfig:
     """The LangSmith feedback config that matches a judge's scale."""
     if scale.kind == "numeric":
         return {"type": "continuous", "min": scale.low, "max": scale.high}
-    if scale.kind == "bool":
-        return {
-            "type": "categorical",
-            "categories": [{"value": 0, "label": "fail"}, {"value": 1, "label": "pass"}],
-        }
+    numbers = category_numbers(scale)
     return {
         "type": "categorical",
-        "categories": [{"value": i, "label": c} for i, c in enumerate(scale.choices)],
+        "categories": [{"value": n, "label": label} for label, n in numbers.items()],
     }
+
+
+def same_config(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two feedback configs interpret feedback the same way."""
+    if a.get("type") != b.get("type"):
+        return False
+    if a.get("type") == "continuous":
+        return all(_num(a.get(k)) == _num(b.get(k)) for k in ("min", "max"))
+    if a.get("type") == "categorical":
+
+        def cats(c: Mapping[str, Any]) -> set[tuple[float | None, Any]]:
+            return {(_num(x.get("value")), x.get("label")) for x in c.get("categories") or []}
+
+        return cats(a) == cats(b) and bool(a.get("allows_multiple_categories")) == bool(
+            b.get("allows_multiple_categories")
+        )
+    return True
+
+
+def describe_config(config: Mapping[str, Any]) -> str:
+    """A feedback config in a few words, for error messages."""
+    if config.get("type") == "continuous":
+        return f"continuous {_show(config.get('min'))}–{_show(config.get('max'))}"
+    if config.get("type") == "categorical":
+        cats = ", ".join(
+            f"{_show(c.get('value'))}={c.get('label')}" for c in config.get("categories") or []
+        )
+        return f"categorical ({cats})"
+    return str(config.get("type"))
+
+
+def _show(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
 def score_fields(scale: Scale, score: Any) -> dict[str, Any]:
@@ -46,7 +93,7 @@ def score_fields(scale: Scale, score: Any) -> dict[str, Any]:
     if scale.kind == "numeric":
         return {"score": score}
     label = str(score)
-    return {"value": label, "score": scale.choices.index(label)}
+    return {"value": label, "score": category_numbers(scale)[label]}
 
 
 def comment_digest(comment: str | None) -> str:
@@ -68,8 +115,9 @@ def get_path(root: Mapping[str, Any], path: str) -> Any:
 def read_label(scale: Scale | None, root: Mapping[str, Any], paths: Sequence[str]) -> Any:
     """The first field among `paths` that is a valid label on `scale`, or `MISSING`.
 
-    A numeric `score` on a categorical or pairwise scale is read as the index of
-    the category, as LangSmith stores a reviewer's pick. Without a scale, the
+    A numeric `score` on a categorical or pairwise scale is read as the number
+    of the category in the config we write (`category_numbers`), as LangSmith
+    stores a reviewer's pick. Without a scale, the
     first present value is returned as is.
     """
     for path in paths:
@@ -84,9 +132,11 @@ def read_label(scale: Scale | None, root: Mapping[str, Any], paths: Sequence[str
             and isinstance(raw, int | float)
             and not isinstance(raw, bool)
             and float(raw).is_integer()
-            and 0 <= int(raw) < len(scale.choices)
         ):
-            return scale.choices[int(raw)]
+            by_number = {n: label for label, n in category_numbers(scale).items()}
+            if int(raw) in by_number:
+                return by_number[int(raw)]
+            continue
         try:
             return scale.validate_value(raw)
         except InvalidFeedbackError:

@@ -400,8 +400,10 @@ def _write_verdict(
 ) -> Verdict:
     """Write a verdict on its run as model feedback (see `write_verdicts`); returns it updated.
 
-    The feedback id is stable per judge and run, so writing again replaces the
-    previous verdict, unless a reviewer has corrected it: then it is left as is.
+    The feedback id is stable per judge and run, so writing again rewrites the
+    previous verdict in place (`update_feedback`: its score, value and comment),
+    unless a reviewer has corrected it: then it is left as is. Its source info
+    (the judge's mark) cannot be updated and stays that of the first verdict.
     """
     fid = verdict_feedback_id(judge, run.id)
     try:
@@ -411,7 +413,16 @@ def _write_verdict(
     if existing is not None and existing.correction not in (None, {}, ""):
         return verdict.model_copy(update={"feedback_id": fid, "kept_correction": True})
     if existing is not None:
-        client.delete_feedback(fid)
+        # In place, with the API for it: deleting and re-creating the id would leave the
+        # run without a verdict in between, and reuse an id the service had deleted.
+        fields = score_fields(judge.scale, verdict.score)
+        client.update_feedback(
+            fid,
+            score=fields.get("score"),
+            value=fields.get("value"),
+            comment=verdict.comment,
+        )
+        return verdict.model_copy(update={"feedback_id": fid})
     client.create_feedback(
         run.id,
         judge.config.name,

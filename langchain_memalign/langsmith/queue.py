@@ -25,9 +25,23 @@ from langsmith import Client
 from langsmith import schemas as ls_schemas
 from pydantic import BaseModel, Field
 
+from langchain_memalign.errors import FeedbackConfigMismatchError
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef, run_id_of
-from langchain_memalign.langsmith._fields import MISSING, distance, feedback_config, read_label
+from langchain_memalign.langsmith._api import (
+    CompletedItems,
+    LangSmithAPI,
+    RunRecord,
+    RunRef,
+    run_id_of,
+)
+from langchain_memalign.langsmith._fields import (
+    MISSING,
+    describe_config,
+    distance,
+    feedback_config,
+    read_label,
+    same_config,
+)
 from langchain_memalign.langsmith.evaluator import Verdict, _judge_runs, _write_verdict
 from langchain_memalign.langsmith.source import (
     ConflictPolicy,
@@ -113,22 +127,32 @@ class JudgeAnnotationQueue:
         self.conflicts: ConflictPolicy = conflicts
         self._queue_id = None if queue_id is None else str(queue_id)
         self._ensure_lock = threading.Lock()  # two first cycles must not create two queues
+        self._source: LangSmithFeedbackSource | None = None
 
     # -- the queue -------------------------------------------------------------------------
 
-    def _rubric_item(self) -> ls_schemas.AnnotationQueueRubricItem:
+    def _rubric_item(self, config_id: str | None) -> ls_schemas.AnnotationQueueRubricItem:
         scale = self.judge.scale
         item: ls_schemas.AnnotationQueueRubricItem = {
             "feedback_key": self.judge.config.name,
             "description": scale.describe(),
             "is_required": True,
         }
+        if config_id is not None:
+            # Pin the config: a key can have several, and reviewers must grade on ours.
+            item["feedback_config_id"] = uuid.UUID(config_id)
         if scale.kind in ("categorical", "pairwise"):
             item["value_descriptions"] = {c: c for c in scale.choices}
         return item
 
     def ensure(self) -> str:
-        """Create the queue (or find it by name) with the judge's rubric; its id."""
+        """Create the queue (or find it by name) with the judge's rubric; its id.
+
+        Raises `FeedbackConfigMismatchError` (and creates nothing) when the workspace
+        reads the judge's key on another scale, or when the queue's rubric item for the
+        key uses another config: reviews given there could not be read on the judge's
+        scale.
+        """
         if self._queue_id is not None:
             return self._queue_id
         with self._ensure_lock:
@@ -137,30 +161,56 @@ class JudgeAnnotationQueue:
         return self._queue_id
 
     def _find_or_create(self) -> str:
-        self.api.ensure_feedback_config(self.judge.config.name, feedback_config(self.judge.scale))
+        key, wanted = self.judge.config.name, feedback_config(self.judge.scale)
+        config_id = self.api.ensure_feedback_config(key, wanted)
         queue = self.api.find_queue(self.name)
         if queue is None:
             queue = self.client.create_annotation_queue(
                 name=self.name,
                 description=self.description,
                 rubric_instructions=self.instructions
-                or f"Grade {self.judge.config.name!r}. {self.judge.scale.describe()} "
+                or f"Grade {key!r}. {self.judge.scale.describe()} "
                 "Explain your grade in the comment: the judge learns from it.",
-                rubric_items=[self._rubric_item()],
+                rubric_items=[self._rubric_item(config_id)],
             )
-        else:
-            details = self.client.read_annotation_queue(queue.id)
-            keys = {i.get("feedback_key") for i in details.rubric_items or []}
-            if self.judge.config.name not in keys:
-                kept = [  # feedback_config is read-only: send the items as written
+            return str(queue.id)
+        details = self.client.read_annotation_queue(queue.id)
+        rubric = list(details.rubric_items or [])
+        mine = [i for i in rubric if i.get("feedback_key") == key]
+        if mine:
+            used = mine[0].get("feedback_config")
+            used_config = getattr(used, "feedback_config", None)
+            if used_config is None and config_id is not None:
+                # its config was deleted (or never set): pin the judge's
+                pinned = [
                     cast(
                         ls_schemas.AnnotationQueueRubricItem,
-                        {k: v for k, v in i.items() if k != "feedback_config"},
+                        {k: v for k, v in i.items() if k != "feedback_config"}
+                        | ({"feedback_config_id": uuid.UUID(config_id)} if i is mine[0] else {}),
                     )
-                    for i in details.rubric_items or []
+                    for i in rubric
                 ]
-                items = [*kept, self._rubric_item()]
-                self.client.update_annotation_queue(queue.id, rubric_items=items)
+                self.client.update_annotation_queue(queue.id, rubric_items=pinned)
+            elif used_config is not None and not same_config(used_config, wanted):
+                raise FeedbackConfigMismatchError(
+                    f"annotation queue {self.name!r} grades {key!r} on "
+                    f"{describe_config(used_config)}, not on the judge's scale "
+                    f"({describe_config(wanted)}): give the queue's rubric item the judge's "
+                    "config, or use another queue name.",
+                    key=key,
+                    existing=used_config,
+                    wanted=wanted,
+                )
+        else:
+            kept = [  # feedback_config is read-only: send the items as written
+                cast(
+                    ls_schemas.AnnotationQueueRubricItem,
+                    {k: v for k, v in i.items() if k != "feedback_config"},
+                )
+                for i in rubric
+            ]
+            items = [*kept, self._rubric_item(config_id)]
+            self.client.update_annotation_queue(queue.id, rubric_items=items)
         return str(queue.id)
 
     @property
@@ -278,20 +328,38 @@ class JudgeAnnotationQueue:
     # -- pull ------------------------------------------------------------------------------
 
     def source(self) -> LangSmithFeedbackSource:
-        """The feedback source over the queue's completed runs."""
+        """The feedback source over the queue's archived runs.
+
+        The items carry their runs' projects, so a pull reads the feedback of newly
+        archived runs and of runs whose feedback changed, not of every run ever
+        archived (the source's `reconcile_every` still lists them all now and then).
+        """
         queue_id = self.ensure()
-        completed = self.api.queue_run_ids(queue_id, "completed")
-        return LangSmithFeedbackSource(
-            self.client,
-            runs=completed,
-            key=self.judge.config.name,
-            mapping=self.mapping,
-            conflicts=self.conflicts,
-            sync_id=f"queue:{queue_id}",
-        )
+        archived = self.api.queue_items(queue_id, "completed")
+        projects = {
+            run_id: str(getattr(item, "project_id", None) or "") for run_id, item in archived
+        }
+        if self._source is None:
+            self._source = LangSmithFeedbackSource(
+                self.client,
+                runs=list(projects),
+                key=self.judge.config.name,
+                mapping=self.mapping,
+                conflicts=self.conflicts,
+                sync_id=f"queue:{queue_id}",
+                run_projects=projects,
+            )
+        else:  # the same source across pulls: only its first sync lists everything
+            self._source.run_ids = list(projects)
+            self._source.run_projects = {r: p for r, p in projects.items() if p}
+        return self._source
 
     def pull(self) -> SyncReport:
-        """Align the judge on the reviews of completed queue items (incrementally)."""
+        """Align the judge on the reviews of archived queue items (incrementally).
+
+        An item is archived once the queue's review requirements are met; reviews of
+        items still waiting for other reviewers are read once their item is archived.
+        """
         source = self.source()
         if not source.run_ids:
             return SyncReport()
@@ -301,12 +369,16 @@ class JudgeAnnotationQueue:
         """Async twin of `pull`."""
         return await asyncio.to_thread(self.pull)
 
-    def complete(self, runs: Sequence[RunRef]) -> None:
-        """Mark queued runs as reviewed, as a reviewer does with "Done" in the UI.
+    def complete(self, runs: Sequence[RunRef]) -> CompletedItems:
+        """Record this caller's "Done" on queued runs, as a reviewer does in the UI.
 
-        Useful when the reviews were given elsewhere (or in tests and demos).
+        Useful when the reviews were given elsewhere (or in tests and demos). The
+        service archives a run only once the queue's review requirements are met (how
+        many reviewers per item, or every assigned reviewer), and `pull` reads only
+        archived runs: the result says which runs are archived now and which still
+        wait for other reviewers (`waiting`), and which were not in the queue.
         """
-        self.api.complete_queue_runs(self.ensure(), [run_id_of(r) for r in runs])
+        return self.api.complete_queue_runs(self.ensure(), [run_id_of(r) for r in runs])
 
     # -- cycle -----------------------------------------------------------------------------
 

@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef, run_id_of
+from langchain_memalign.langsmith._api import (
+    LangSmithAPI,
+    RunRecord,
+    RunRef,
+    as_uuid_str,
+    run_id_of,
+)
 from langchain_memalign.langsmith._fields import (
     MISSING,
     comment_digest,
@@ -91,12 +97,15 @@ class FeedbackMapping(BaseModel):
     )
     annotator: tuple[str, ...] = Field(
         default=(
-            "feedback_source.user_name",
             "feedback_source.metadata.annotator",
+            "feedback_source.user_name",
             "feedback_source.user_id",
-            "feedback_source.ls_user_id",
         ),
-        description="Who gave the feedback.",
+        description="Who gave the feedback. LangSmith stamps `feedback_source.user_id` "
+        "(and its `user_name`) from the API key that wrote the feedback, so reviews a "
+        "labelling tool writes for several people through one key share them: the "
+        "annotator the writer names in `source_info={'annotator': ...}` comes first, then "
+        "the reviewer's user name, then their user id.",
     )
     inputs: str = Field(default="run.inputs", description="The judged case's inputs.")
     outputs: str = Field(default="run.outputs", description="The judged output.")
@@ -186,7 +195,7 @@ class _Review:
 
     @property
     def stamp(self) -> str:
-        return self.modified_at.isoformat() if self.modified_at else ""
+        return _stamp(self.modified_at)
 
     @property
     def at(self) -> dt.datetime:
@@ -222,6 +231,11 @@ class LangSmithFeedbackSource:
             keeps the steps before and resumes after them.
         sync_id: Where the sync state is kept in the judge's memory (default: from
             the key and the project or runs).
+        reconcile_every: Every this many syncs, one lists all the feedback in scope
+            instead of what changed, to notice feedback deleted in LangSmith (None:
+            only `sync(full=True)` does).
+        run_projects: The project of each of `runs` (a queue's items carry it): with
+            them, syncs over runs read only what changed, as on a project.
     """
 
     def __init__(
@@ -240,6 +254,8 @@ class LangSmithFeedbackSource:
         unalign_deleted: bool = True,
         batch_size: int = 50,
         sync_id: str | None = None,
+        reconcile_every: int | None = 10,
+        run_projects: Mapping[str, str] | None = None,
     ) -> None:
         if sum(x is not None for x in (project, experiment, runs)) != 1:
             raise ValueError("give exactly one of project, experiment or runs")
@@ -260,6 +276,13 @@ class LangSmithFeedbackSource:
         self.unalign_deleted = unalign_deleted
         self.batch_size = batch_size
         self.sync_id = sync_id
+        if reconcile_every is not None and reconcile_every < 1:
+            raise ValueError("reconcile_every must be at least 1 (or None: never)")
+        self.reconcile_every = reconcile_every
+        self.run_projects = {
+            str(r): str(p) for r, p in (run_projects or {}).items() if as_uuid_str(p)
+        }
+        self._reconciled = False
         self._project_id: str | None = None
 
     @classmethod
@@ -295,7 +318,15 @@ class LangSmithFeedbackSource:
         runs = set(self.run_ids)
         return lambda run_id: run_id in runs
 
-    def _list(self, key: str, scale: Scale | None) -> tuple[list[_Review], dict[str, str]]:
+    def _list(
+        self,
+        key: str,
+        scale: Scale | None,
+        *,
+        run_ids: Sequence[str] | None = None,
+        created_since: dt.datetime | None = None,
+        stamps: dict[str, str] | None = None,
+    ) -> tuple[list[_Review], dict[str, str]]:
         wanted = set(self.source_types) | ({"model"} if self.corrections else set())
         # Offset pages can overlap when feedback is added during the listing: keep one
         # copy of each record (the latest), or it would be aligned and counted twice.
@@ -304,15 +335,80 @@ class LangSmithFeedbackSource:
         for fb in self.api.list_feedback(
             key=key,
             source_types=sorted(wanted),
-            project_ids=self._project_ids(),
-            run_ids=self.run_ids,
+            project_ids=self._project_ids() if run_ids is None else None,
+            run_ids=self.run_ids if run_ids is None else run_ids,
+            created_since=created_since,
         ):
+            if stamps is not None:  # where the next incremental sync starts from
+                _advance(stamps, "created", fb.created_at)
+                _advance(stamps, "modified", fb.modified_at)
             review = self._review(fb, scale, skipped)
             if review is not None:
                 seen = reviews.get(review.langsmith_id)
                 if seen is None or review.at >= seen.at:
                     reviews[review.langsmith_id] = review
         return list(reviews.values()), skipped
+
+    def _changed_runs(
+        self, key: str, state: Mapping[str, Any], stamps: dict[str, str]
+    ) -> set[str] | None:
+        """The runs whose feedback on `key` changed since the last sync, or None.
+
+        None means a full listing is needed: this is a first sync, a reconciling one,
+        a sync over runs whose projects are not known, or the deployment cannot bound
+        feedback by its modification time (runs read through v1).
+        """
+        scope: set[str] | None = None
+        if self.run_ids is None:
+            project_ids = self._project_ids() or []
+            fresh: set[str] = set()
+        else:
+            # Explicit runs (a queue's archived items): their projects bound the queries;
+            # runs new to the scope are read whole, whatever their feedback's age.
+            if any(r not in self.run_projects for r in self.run_ids):
+                return None
+            scope = set(self.run_ids)
+            project_ids = sorted({self.run_projects[r] for r in scope})
+            fresh = scope - set(state.get("runs_seen") or [])
+        created_at, modified_at = state.get("cursor_created"), state.get("cursor_modified")
+        if not created_at or not modified_at or (not project_ids and not fresh):
+            return None
+        if state.get("fingerprint") != self._fingerprint():
+            return None  # another policy or mapping: every run is resolved again
+        if self.reconcile_every and state.get("incremental", 0) >= self.reconcile_every - 1:
+            return None
+        created = dt.datetime.fromisoformat(created_at) - _OVERLAP
+        modified = dt.datetime.fromisoformat(modified_at) - _OVERLAP
+        changed: set[str] = set(fresh) | set(state.get("retry_runs") or [])
+        for project_id in project_ids:
+            edited = self.api.runs_with_feedback_modified(project_id, key, modified)
+            if edited is None:
+                return None
+            changed.update(edited)
+        # New records: GET /feedback filters on creation time only.
+        wanted = set(self.source_types) | ({"model"} if self.corrections else set())
+        for fb in self.api.list_feedback(
+            key=key,
+            source_types=sorted(wanted),
+            project_ids=project_ids,
+            created_since=created,
+        ):
+            _advance(stamps, "created", fb.created_at)
+            known = state["items"].get(str(fb.id))
+            if known is not None and known.get("m") == _stamp(fb.modified_at):
+                continue  # re-listed by the overlap, and unchanged since
+            if fb.run_id is not None:
+                changed.add(str(fb.run_id))
+        return changed if scope is None else changed & scope
+
+    def _fingerprint(self) -> str:
+        settings = [
+            self.conflicts,
+            self.mapping.model_dump_json(),
+            sorted(self.source_types),
+            self.corrections,
+        ]
+        return hashlib.sha256(repr(settings).encode()).hexdigest()[:16]
 
     def _review(
         self, fb: ls_schemas.Feedback, scale: Scale | None, skipped: dict[str, str]
@@ -365,7 +461,7 @@ class LangSmithFeedbackSource:
 
     def _build(self, reviews: Sequence[_Review], skipped: dict[str, str]) -> list[Feedback]:
         hints = {r.run_id: (r.project_id, r.start_time) for r in reviews}
-        runs = self.api.read_runs(hints, hints)
+        runs = self.api.read_runs(hints, hints, projects=self._project_ids() or ())
         wants_example = (self.mapping.reference_outputs or "").startswith("example.")
         examples: dict[str, Any] = {}
         if wants_example:
@@ -439,7 +535,7 @@ class LangSmithFeedbackSource:
         """The meta key under which this source's sync state lives in the judge's memory."""
         return f"{STATE_PREFIX}{self.key or judge.config.name}:{self._scope_id()}"
 
-    def sync(self, judge: MemAlignJudge) -> SyncReport:
+    def sync(self, judge: MemAlignJudge, *, full: bool | None = None) -> SyncReport:
         """Align the judge on new or modified feedback; unalign deleted feedback.
 
         The state (each LangSmith feedback seen, its modification time and the
@@ -449,6 +545,16 @@ class LangSmithFeedbackSource:
         its episode. Work is done `batch_size` items at a time and the state is
         saved after each step, so a sync that fails (the server keeps failing)
         resumes where it stopped, without duplicates.
+
+        On a project or experiment, syncs after the first are incremental: they
+        read only the runs whose feedback changed (feedback created since the last
+        sync, and runs whose feedback was modified since, which the v2 run query
+        can bound), each with all its reviews. Feedback deleted on other runs is
+        only noticed by a full sync: the first sync of a source object (unless
+        `full=False`: a process that starts for each sync, e.g. a cron job), every
+        `reconcile_every`-th sync, a sync with `full=True`, one whose policy or
+        mapping changed, and every sync where runs are read through v1 (no listing
+        there bounds modification times).
         """
         started = time.perf_counter()
         key = self.key or judge.config.name
@@ -462,10 +568,24 @@ class LangSmithFeedbackSource:
                 state = {"version": _STATE_VERSION, "items": {}}
             entries: dict[str, dict[str, Any]] = state["items"]
 
-            reviews, skipped = self._list(key, judge.scale)
+            cursors: dict[str, str] = {
+                k: state[f"cursor_{k}"] for k in ("created", "modified") if state.get(f"cursor_{k}")
+            }
+            if full is None:  # a new source reconciles once, then follows changes
+                full = not self._reconciled
+            changed = None if full else self._changed_runs(key, state, cursors)
+            if changed is None:  # a full listing: every review in scope
+                reviews, skipped = self._list(key, judge.scale, stamps=cursors)
+                in_scope = self._in_scope()
+            else:  # only the runs whose feedback changed, each with all its reviews
+                reviews, skipped = (
+                    self._list(key, judge.scale, run_ids=sorted(changed), stamps=cursors)
+                    if changed
+                    else ([], {})
+                )
+                in_scope = changed.__contains__
             kept, conflicts = _resolve_conflicts(reviews, self.conflicts)
             present = {r.langsmith_id for r in reviews} | set(skipped)
-            in_scope = self._in_scope()
             candidate_ids = [r.feedback_id for r in reviews] + [
                 e["id"] for e in entries.values() if e.get("id")
             ]
@@ -521,6 +641,17 @@ class LangSmithFeedbackSource:
                 stamps = [e["m"] for e in entries.values() if e.get("m")]
                 state["cursor"] = max(stamps) if stamps else None
                 store.set_meta(state_key, state)
+            for k, v in cursors.items():
+                state[f"cursor_{k}"] = v
+            state["fingerprint"] = self._fingerprint()
+            # reviews whose run was not found yet (ingestion lag) are read again next time
+            state["retry_runs"] = sorted(
+                {r.run_id for r in todo if skipped.get(r.langsmith_id, "").endswith("not found")}
+            )
+            if self.run_ids is not None:
+                state["runs_seen"] = sorted(set(state.get("runs_seen") or []) | set(self.run_ids))
+            state["incremental"] = 0 if changed is None else state.get("incremental", 0) + 1
+            self._reconciled = self._reconciled or changed is None
             store.set_meta(state_key, state)
             if not reports and store.pending_reflection():
                 # An earlier sync stored feedback whose reflection failed: retry it now,
@@ -545,9 +676,9 @@ class LangSmithFeedbackSource:
             seconds=time.perf_counter() - started,
         )
 
-    async def async_sync(self, judge: MemAlignJudge) -> SyncReport:
+    async def async_sync(self, judge: MemAlignJudge, *, full: bool | None = None) -> SyncReport:
         """Async twin of `sync` (runs off the event loop)."""
-        return await asyncio.to_thread(self.sync, judge)
+        return await asyncio.to_thread(self.sync, judge, full=full)
 
     def forget(self, judge: MemAlignJudge) -> None:
         """Drop this source's sync state (the aligned feedback stays in the memory)."""
@@ -612,6 +743,24 @@ def _resolve_conflicts(
                 )
             )
     return kept, conflicts
+
+
+# How far back an incremental sync looks before its cursors: the SDK stamps feedback
+# times with the writer's clock, so records can arrive slightly out of order.
+_OVERLAP = dt.timedelta(minutes=10)
+
+
+def _stamp(at: dt.datetime | None) -> str:
+    return at.isoformat() if at else ""
+
+
+def _advance(stamps: dict[str, str], name: str, at: dt.datetime | None) -> None:
+    if at is None:
+        return
+    at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+    current = stamps.get(name)
+    if current is None or at > dt.datetime.fromisoformat(current):
+        stamps[name] = at.isoformat()
 
 
 def _entry(review: _Review, feedback_id: str | None) -> dict[str, Any]:

@@ -47,7 +47,9 @@ from langchain_memalign.langsmith import (  # noqa: E402
 T = TypeVar("T")
 SUFFIX = uuid.uuid4().hex[:8]
 PROJECT = f"memalign-live-{SUFFIX}"
+LOOP_PROJECT = f"memalign-live-loop-{SUFFIX}"
 KEY = f"memalign_live_{SUFFIX}"
+LOOP_KEY = f"memalign_loop_{SUFFIX}"
 
 
 def eventually(fn: Callable[[], T], ok: Callable[[T], bool], timeout: float = 90.0) -> T:
@@ -71,6 +73,13 @@ def client() -> Iterator[Client]:
     yield c
     for cleanup in (
         lambda: c.delete_project(project_name=PROJECT),
+        lambda: c.delete_project(project_name=LOOP_PROJECT),
+        lambda: c.delete_dataset(dataset_name=f"memalign-live-loop-{SUFFIX}"),
+        lambda: [
+            c.delete_annotation_queue(q.id)
+            for q in c.list_annotation_queues(name=f"{LOOP_KEY} review")
+        ],
+        lambda: c.delete_feedback_config(feedback_key=LOOP_KEY),
         lambda: c.delete_dataset(dataset_name=f"memalign-live-{SUFFIX}"),
         lambda: [
             c.delete_annotation_queue(q.id) for q in c.list_annotation_queues(name=f"{KEY} review")
@@ -98,9 +107,9 @@ def run(client: Client) -> dict[str, Any]:
     return {"id": str(run_id), "project_id": str(project.id)}
 
 
-def make_judge() -> MemAlignJudge:
+def make_judge(key: str = KEY) -> MemAlignJudge:
     return MemAlignJudge(
-        KEY, "Helpful?\n{inputs}\n{outputs}", ScriptedChatModel(responder=RoleResponder()),
+        key, "Helpful?\n{inputs}\n{outputs}", ScriptedChatModel(responder=RoleResponder()),
         HashEmbeddings(),
     )  # fmt: skip
 
@@ -162,3 +171,73 @@ def test_evaluate_without_upload_live(client: Client) -> None:
     assert len(rows) == 1
     found = rows[0]["evaluation_results"]["results"]
     assert [r.key for r in found] == [KEY, KEY] and all(r.score is True for r in found)
+
+
+def test_the_whole_loop_live(client: Client) -> None:
+    """Queue -> reviews (a correction, two reviewers through one key) -> sync -> evaluate."""
+    project = client.create_project(LOOP_PROJECT)
+    cases = {
+        "cold": ({"question": "I was charged twice!"}, {"answer": "Refunds take 5-7 days."}),
+        "warm": ({"question": "Store hours?"}, {"answer": "Happy to help: 9 to 5 daily!"}),
+    }
+    ids = {name: uuid.uuid4() for name in cases}
+    for name, (inputs, outputs) in cases.items():
+        client.create_run(name, inputs, "chain", id=ids[name], project_name=LOOP_PROJECT,
+                          outputs=outputs)  # fmt: skip
+    client.flush()
+    judge = make_judge(LOOP_KEY)
+
+    # 1. the queue: the judge's config pinned on its rubric, runs sent with its verdicts
+    queue = JudgeAnnotationQueue(judge, client)
+    [item] = [
+        i
+        for i in client.read_annotation_queue(queue.queue_id).rubric_items or []
+        if i.get("feedback_key") == LOOP_KEY
+    ]
+    assert item.get("feedback_config_id") is not None
+    sent = eventually(
+        lambda: queue.send(project=LOOP_PROJECT, select="all", write_verdicts=True),
+        lambda r: len(r.run_ids) == 2,
+    )
+    verdicts = {v.run_id: v for v in sent.verdicts}
+
+    # 2. reviews: a correction of the judge's verdict, and two reviewers writing
+    # through this one API key (a labelling tool), named in source_info
+    cold, warm = str(ids["cold"]), str(ids["warm"])
+    correction = verdicts[cold].feedback_id
+    assert correction is not None
+    client.update_feedback(
+        correction, correction={"score": 0, "explanation": "Correct but cold: apologize first."}
+    )
+    for who, score in (("alice", 1), ("bob", 0)):
+        client.create_feedback(warm, LOOP_KEY, score=score, comment=f"{who}'s review",
+                               session_id=project.id, source_info={"annotator": who})  # fmt: skip
+    done = queue.complete([cold, warm])
+    assert sorted(done.archived + done.waiting) == sorted([cold, warm])
+
+    # 3. sync: the correction and both reviewers arrive, each reviewer kept
+    pulled = eventually(queue.pull, lambda r: len(r.aligned) >= 3)
+    assert f"langsmith:{correction}" in pulled.aligned
+    lesson = judge.get_feedback(f"langsmith:{correction}")
+    assert (lesson.value, lesson.rationale) == (False, "Correct but cold: apologize first.")
+    reviewers = {judge.get_feedback(i).annotator for i in pulled.aligned} - {None}
+    assert {"alice", "bob"} <= reviewers
+    source = LangSmithFeedbackSource(client, project=LOOP_PROJECT, key=LOOP_KEY)
+    synced = eventually(lambda: source.sync(judge), lambda r: r.listed >= 3)
+    assert synced.listed >= 3
+
+    # 4. evaluate with the aligned judge
+    dataset = client.create_dataset(f"memalign-live-loop-{SUFFIX}")
+    client.create_examples(
+        dataset_id=dataset.id, examples=[{"inputs": cases["cold"][0]}, {"inputs": cases["warm"][0]}]
+    )
+    results = langsmith.evaluate(
+        lambda inputs: {"answer": "Sorry about that! Refunds take 5-7 days."},
+        data=dataset.name,
+        evaluators=[JudgeRunEvaluator(judge)],
+        upload_results=False,
+        client=client,
+    )
+    rows = list(results)
+    assert len(rows) == 2
+    assert all(r["evaluation_results"]["results"][0].key == LOOP_KEY for r in rows)

@@ -8,6 +8,7 @@ the insert a no-op. Everything is offline: every client gets ``api_url=server.ur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 import warnings
@@ -186,7 +187,8 @@ def test_feedback_create_read_update_delete(
     )
     stored = sync_client.read_feedback(created.id)
     assert stored.run_id == run_id
-    assert stored.trace_id == run_id  # filled from the run, as the API does
+    # only what was stored: the project (filed under it), no start time or trace id
+    assert stored.trace_id is None and stored.start_time is None
     assert stored.session_id == project.id
     assert (stored.key, stored.score, stored.value, stored.comment) == (
         "quality",
@@ -332,6 +334,76 @@ def test_annotation_queue_items_api(sync_client: Client, server: LangSmithTestSe
 
     assert asyncio.run(flow()) == [run["id"]]
     assert server.queue_items[str(queue.id)][0]["status"] == "completed"
+
+
+# -- strict like the real service ------------------------------------------------
+
+
+@contextlib.contextmanager
+def _connect(server: LangSmithTestServer, api_key: str = "test") -> Iterator[Client]:
+    c = Client(api_url=server.url, api_key=api_key, auto_batch_tracing=False)
+    try:
+        yield c
+    finally:
+        c.close(timeout=5)
+
+
+def test_feedback_user_is_stamped_from_the_api_key(server: LangSmithTestServer) -> None:
+    server.add_user("alice-key", "Alice")
+    run = server.add_run(session_name="users")
+    with _connect(server, "alice-key") as alice:
+        made = alice.create_feedback(
+            run["id"], "k", score=1, session_id=run["session_id"], source_info={"a": 1}
+        )
+    stored = server.feedback[str(made.id)]["feedback_source"]
+    assert stored["user_id"] == server.users["alice-key"]["id"]
+    with _connect(server) as other:
+        [plain] = other.list_feedback(run_ids=[run["id"]])
+        [named] = other.list_feedback(run_ids=[run["id"]], include_user_names="true")
+    assert plain.feedback_source is not None and plain.feedback_source.user_name is None
+    assert named.feedback_source is not None and named.feedback_source.user_name == "Alice"
+
+
+def test_a_key_keeps_its_config_unless_configs_are_enforced(server: LangSmithTestServer) -> None:
+    with _connect(server) as c:
+        c.create_feedback_config("k", feedback_config={"type": "continuous", "min": 0, "max": 1})
+        with pytest.raises(ls_utils.LangSmithError, match="400"):
+            c.create_feedback_config(
+                "k", feedback_config={"type": "continuous", "min": 0, "max": 5}
+            )
+        server.enforced_feedback_configs = True
+        second = c.create_feedback_config(
+            "k", feedback_config={"type": "continuous", "min": 0, "max": 5}
+        )
+        listed = list(c.list_feedback_configs(feedback_key=["k"], include_all_configs=True))
+        assert [x.id for x in listed][1] == second.id and not second.is_first
+        assert len(list(c.list_feedback_configs(feedback_key=["k"]))) == 1  # one per key
+
+
+def test_queue_status_is_per_reviewer_and_takes_item_ids_only(
+    sync_client: Client, server: LangSmithTestServer
+) -> None:
+    run = server.add_run(session_name="review")
+    queue = sync_client.create_annotation_queue(name="two-reviewers")
+    server.annotation_queues[str(queue.id)]["num_reviewers_per_item"] = 2
+    items = sync_client._get_langsmith_api_sync().annotation_queues.items
+    items.create(str(queue.id), items=[{"run_id": run["id"], "project_id": run["session_id"]}])
+    with pytest.raises(Exception, match="404|not found"):
+        items.create_status(run["id"], status="completed")  # a run id is not an item id
+    [item] = items.list(str(queue.id), status="needs_my_review")
+    assert items.create_status(str(item.id), status="completed").is_archived is False
+    assert [i.id for i in items.list(str(queue.id), status="needs_others_review")] == [item.id]
+    server.mark_queue_item(queue.id, run["id"], reviewer="carol")  # the second reviewer
+    assert [i.run_id for i in items.list(str(queue.id), status="archived")] == [run["id"]]
+
+
+def test_smithdb_only_flags_and_v1_reads(server: LangSmithTestServer) -> None:
+    with LangSmithTestServer(query_backend="smithdb_only") as strict, _connect(strict) as c:
+        flags = c.info.instance_flags or {}
+        assert (flags["ch_query_enabled"], flags["sdb_query_enabled"]) == (False, True)
+        project = c.create_project("smithdb")
+        with pytest.raises(ls_utils.LangSmithError, match="400"):
+            list(c.list_runs(project_id=project.id))
 
 
 # -- retries ------------------------------------------------------------------
