@@ -5,8 +5,9 @@ must open with an apology.") made the judge fail a calm customer and a reply tha
 open with an apology. So after `merge`, the seen cases each new guideline could affect
 (its sources and the nearest seen cases with other scores, or every seen case) are
 graded twice with the memory as it now is, expert-verdict reuse off and each case's own
-episode left out of its retrieval: once without the new guidelines and once with them. A guideline that breaks more expert verdicts than it
-fixes is narrowed once by the reflection model and checked again, or dropped.
+episode left out of its retrieval: once without the new guidelines and once with them.
+A guideline that breaks more expert verdicts than it fixes is narrowed once by the
+reflection model and checked again, or dropped.
 
 Cost: two judge calls per case checked (and one more call plus one per case for a
 narrowing), capped by `JudgeConfig.validate_max_calls`.
