@@ -39,7 +39,8 @@ it; aligned judges are saved after each stage's alignment (--out-dir/work/...), 
 interrupted run resumes where it stopped.
 
     python benchmarks/quality.py \\
-        --datasets halubench,pandalm,prometheus,feedbackqa,support-apology --seeds 0,1 --stages 0,10,50 --n-train 50 --n-test 60 --repeat-identical 1 --mlflow
+        --datasets halubench,pandalm,prometheus,feedbackqa,support-apology \\
+        --seeds 0,1 --stages 0,10,50 --n-train 50 --n-test 60 --repeat-identical 1 --mlflow
 
 `--fake` runs everything against offline fake models (smoke test, no server).
 """
@@ -633,10 +634,17 @@ class Bench:
             variants: list[tuple[str, dict[str, Any]]] = []
             if "ours" in systems:
                 variants.append(("ours", {}))
+            skipped: dict[str, str] = {}
             for abl in [x for x in a.ablations.split(",") if x]:
                 if abl == "pairwise_orders" and spec.scale.kind != "pairwise":
-                    continue  # no effect on other scales
-                variants.append((f"ours_no_{abl}", ABLATIONS[abl]))
+                    skipped[abl] = "not a pairwise scale: the option has no effect"
+                elif abl != "pairwise_orders" and not split_info["train_with_rationale"]:
+                    # No rationale, no reflection: the judge equals `ours` (same prompt too,
+                    # the checklist applies only when there are guidelines).
+                    skipped[abl] = "no rationales in the pool: no guidelines, same judge as ours"
+                else:
+                    variants.append((f"ours_no_{abl}", ABLATIONS[abl]))
+            sd["ablations_skipped"] = skipped
             for system, extra in variants:
                 self.run_aligned(rf, seed, spec, pool, test, st, system, extra, workdir)
             if a.mlflow:
