@@ -53,6 +53,7 @@ import math
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -721,6 +722,9 @@ def main(argv: list[str] | None = None) -> int:
         models = build_models(args)
     proxy = None
     if args.mlflow and args.proxy is None:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", args.proxy_port)) == 0:
+                ap.error(f"port {args.proxy_port} is taken; pass --proxy-port or --proxy")
         tmp = Path(tempfile.mkdtemp(prefix="quality_proxy_"))
         proxy = subprocess.Popen(
             [sys.executable, args.proxy_script, "--port", str(args.proxy_port),
