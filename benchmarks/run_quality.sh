@@ -48,6 +48,7 @@ purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])';
 purelib "$deps/bin/python" > "$(purelib "$snap/venv/bin/python")/_memalign_deps.pth"
 "$snap/venv/bin/pip" install -q --no-deps "$snap/src"
 rm -rf "$snap/src/langchain_memalign"  # only the installed copy can be imported
+cd "$snap/src"  # (the current directory comes first on sys.path)
 "$snap/venv/bin/python" - "$snap/venv" <<'EOF'
 import sys
 import langchain_memalign
