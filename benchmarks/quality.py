@@ -139,8 +139,12 @@ def split(
     for k in sorted(groups):
         rng.shuffle(groups[k])
     total = len(data)
-    n_train = min(n_train, max(0, total - n_test))
-    n_test = min(n_test, total - n_train)
+    if n_train + n_test > total:
+        # Too few cases: the test set keeps n_test if the pool still gets half its size,
+        # else the two share the data (a warning goes to the log).
+        n_train = min(n_train, total - n_test) if total - n_test >= n_train / 2 else total // 2
+        n_test = min(n_test, total - n_train)
+        log(f"only {total} cases: training pool {n_train}, test {n_test}")
     # Each label keeps at least its proportional share of the pool.
     reserve = {k: min(len(g), math.ceil(n_train * len(g) / total)) for k, g in groups.items()}
     if balanced:

@@ -219,6 +219,36 @@ def guideline_lines(result: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def scenario_lines(result: dict[str, Any], path: str) -> list[str]:
+    """A `scenario.py` result: the scenario as a new user meets it, per repetition."""
+    s, ri = result["summary"], result.get("run") or {}
+    n_tr, n_te = result["n_train"], result["n_test"]
+    return [
+        f"### {result['scenario']} (scenario.py, {len(s['unaligned_test'])} identical runs)",
+        "",
+        f"Result file `{path}`; commit `{ri.get('git_commit', '')[:10]}`; "
+        f"{n_tr} training cases with rationales, {n_te} test cases.",
+        "",
+        "| run | unaligned test | aligned test | seen, reuse off | guidelines after "
+        "unaligning one source | align LLM calls |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {i + 1} | {u}/{n_te} | {a}/{n_te} | {z}/{n_tr} | {g} | {c} |"
+            for i, (u, a, z, g, c) in enumerate(
+                zip(
+                    s["unaligned_test"],
+                    s["aligned_test"],
+                    s["aligned_seen"],
+                    s["guidelines_after_unalign"],
+                    s["align_llm_calls"],
+                    strict=False,
+                )
+            )
+        ),
+        "",
+    ]
+
+
 def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -282,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     guides: list[str] = []
     for f in args.files:
         result = json.loads(Path(f).read_text(encoding="utf-8"))
+        if "scenario" in result and "summary" in result:
+            md += scenario_lines(result, f)
+            continue
         if not result.get("seeds"):
             continue
         png = Path(args.img_dir) / f"quality_{result['dataset']}.png"
