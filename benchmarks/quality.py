@@ -272,8 +272,8 @@ class ResultFile:
         self.path = path
         if path.exists():
             self.data = json.loads(path.read_text(encoding="utf-8"))
-            for key in ("dataset", "protocol"):
-                if self.data.get(key) != header[key]:
+            for key in ("dataset", "protocol", "models"):
+                if key in self.data and self.data[key] != header[key]:
                     raise SystemExit(
                         f"{path} was written with another {key}: {self.data.get(key)!r} vs "
                         f"{header[key]!r}; use another --out-dir or delete it"
@@ -595,6 +595,7 @@ class Bench:
         header = {
             "dataset": name,
             "protocol": protocol,
+            "models": models,
             "run_info": {
                 **run_info(models=models, data=sums),
                 "package": str(Path(langchain_memalign.__file__).parent),
