@@ -464,8 +464,10 @@ class Bench:
                 if snap.exists():
                     shutil.rmtree(snap)
                 judge.save(snap)
-                rf.put(seed, key, system=system, stage=n, options=extra, align=align,
-                       guidelines=guidelines, stats=dict(judge.stats()))  # fmt: skip
+                parts = {"align": align, "guidelines": guidelines, "stats": dict(judge.stats())}
+                if "test" in entry:  # judged before, but its snapshot is gone: keep both
+                    parts = {"realigned_on_resume": parts}
+                rf.put(seed, key, system=system, stage=n, options=extra, **parts)
                 done_n = n
             if n in todo:
                 log(f"{spec.name} seed {seed}: {key} judging {len(test)} test + {n} seen")
