@@ -388,6 +388,10 @@ class Bench:
             if (n > 0 or (system != "ours" and system.removeprefix("ours_no_") in STAGE0_ABLATIONS))
             and not rf.has(seed, entry_key(system, n))
         ]  # fmt: skip
+        if system != "ours" and self.args.ablation_stages:
+            # Ablations judged only at these stages (they are still aligned through the others).
+            keep = {int(x) for x in self.args.ablation_stages.split(",") if x.strip()}
+            todo = [n for n in todo if n in keep or n == 0 or (n == stages[-1] and -1 in keep)]
         if not todo:
             return
         folder = workdir / f"seed{seed}" / system
@@ -668,6 +672,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default="halubench,pandalm,prometheus,feedbackqa,support-apology")
     ap.add_argument("--systems", default="unaligned,few_shot,ours")
     ap.add_argument("--ablations", default=",".join(ABLATIONS))
+    ap.add_argument(
+        "--ablation-stages",
+        default="",
+        help="judge the ablations only at these stages (-1: the last one), to save time; "
+        "default: every stage",
+    )
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--stages", default="0,10,50")
     ap.add_argument("--n-train", type=int, default=50)
