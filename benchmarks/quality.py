@@ -536,8 +536,12 @@ class Bench:
                     "note": "this stage's incremental align (MLflow re-aligns all earlier "
                             "stages again when a run resumes)",
                 }  # fmt: skip
+                to_case = res.get("trace_to_case") or {}
                 parts["guidelines"] = [
-                    {"text": g.get("guideline_text"), "sources": g.get("source_trace_ids")}
+                    {
+                        "text": g.get("guideline_text"),
+                        "sources": [to_case.get(t, t) for t in g.get("source_trace_ids") or []],
+                    }
                     for g in mem.get("guidelines") or []
                 ]
                 parts["episodic_size"] = mem.get("episodic_size")

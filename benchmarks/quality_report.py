@@ -259,8 +259,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     systems = sorted({s for s, _ in pts}, key=system_order)
     stages = sorted({st for _, st in pts})
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    collapsed_drawn = False
     for i, system in enumerate(systems):
         xs, ys, lo, hi, bs, blo, bhi = [], [], [], [], [], [], []
+        cx, cy = [], []  # points where a seed's judge collapsed to one verdict
         for st in stages:
             if (system, st) not in pts and not (st == 0 and ("unaligned", 0) in pts):
                 continue
@@ -270,6 +272,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
             # Small offsets keep the interval bars apart; a borrowed point has no bar.
             xs.append(st + (i - len(systems) / 2) * 0.012 * max(stages[-1], 1))
             ys.append(p["accuracy"])
+            if own and any(e["test"].get("collapsed") for e in pts[(system, st)]):
+                cx.append(xs[-1])
+                cy.append(p["accuracy"])
             lo.append(p["accuracy"] - p["ci"][0] if own else 0)
             hi.append(p["ci"][1] - p["accuracy"] if own else 0)
             bs.append(p["balanced"])
@@ -286,6 +291,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 ax.axhline(y, color=f"C{i}", linestyle="--", linewidth=1)
         axes[0].errorbar(xs, ys, yerr=[lo, hi], **kw)
         axes[1].errorbar(xs, bs, yerr=[blo, bhi], **kw)
+        if cx:
+            lab = "collapsed (>=90% one verdict)" if not collapsed_drawn else None
+            axes[0].scatter(cx, cy, marker="x", s=90, color="black", zorder=5, label=lab)
+            collapsed_drawn = True
     n = (pooled(pts[("unaligned", 0)]) if ("unaligned", 0) in pts else {}).get("n")
     for ax, title in ((axes[0], "test accuracy (Wilson 95%)"),
                       (axes[1], "balanced accuracy (bootstrap 95%)")):  # fmt: skip
@@ -295,6 +304,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.set_title(f"{result['dataset']}: {title}, n={n} (seeds pooled)", fontsize=9)
     axes[1].legend(fontsize=7, loc="best")
+    if collapsed_drawn:
+        axes[0].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -310,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     md = ["## Quality: learning curves side by side", ""]
     guides: list[str] = []
+    drawn: set[Path] = set()
     for f in args.files:
         result = json.loads(Path(f).read_text(encoding="utf-8"))
         if "scenario" in result and "summary" in result:
@@ -318,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         if not result.get("seeds"):
             continue
         png = Path(args.img_dir) / f"quality_{result['dataset']}.png"
+        if png in drawn:  # two result files of one data set (e.g. smoke runs)
+            png = png.with_name(f"quality_{result['dataset']}_{Path(f).parent.name}.png")
+        drawn.add(png)
         plot(result, png)
         rel = os.path.relpath(png, Path(args.md).parent)
         md += [*dataset_table(result, f), f"![{result['dataset']}]({rel})", ""]
