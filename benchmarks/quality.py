@@ -42,7 +42,9 @@ interrupted run resumes where it stopped.
         --datasets halubench,pandalm,prometheus,feedbackqa,support-apology \\
         --seeds 0,1 --stages 0,10,50 --n-train 50 --n-test 60 --repeat-identical 1 --mlflow
 
-`--fake` runs everything against offline fake models (smoke test, no server).
+`--fake` runs everything against offline fake models (smoke test, no server). `--plan` prints
+the judge calls a full run would make per data set (and hours at given seconds a call), with
+no model call. `--ablation-stages -1` judges the ablations at the last stage only.
 """
 
 from __future__ import annotations
@@ -588,6 +590,50 @@ class Bench:
         sums = {f"{name}/{f.name}": file_sha256(f) for f in sorted(folder.glob("*.jsonl"))}
         return spec, None, (train, test), sums
 
+    def plan(self, name: str) -> dict[str, Any]:
+        """Judge calls a full run of this data set makes (no model call; ignores resuming).
+
+        Alignment calls are not counted: reflection is one call per batch of
+        --reflect-batch-size rationales, validation at most validate_max_calls (16) per align.
+        """
+        a = self.args
+        spec, data, fixed, _ = self.load(name)
+        balanced = spec.scale.kind in ("bool", "categorical", "pairwise")
+        orders = 2 if spec.scale.kind == "pairwise" else 1  # both orders, on by default
+        systems = [x for x in a.systems.split(",") if x]
+        calls: Counter[str] = Counter()
+        for seed in [int(x) for x in a.seeds.split(",") if x.strip()]:
+            if fixed is not None:
+                pool, test = list(fixed[0]), list(fixed[1])
+            else:
+                assert data is not None
+                pool, test = split(data, a.n_train, a.n_test, seed, balanced)
+            st = sorted({min(int(x), len(pool)) for x in a.stages.split(",") if x.strip()})
+            aligned = [n for n in st if n > 0]
+            t = len(test)
+            if "unaligned" in systems:
+                calls["unaligned"] += (1 + a.repeat_identical) * t * orders
+            if "few_shot" in systems:
+                calls["few_shot"] += len(aligned) * t
+            seen = sum(aligned)
+            if "ours" in systems:
+                calls["ours"] += (len(aligned) * t + seen) * orders
+            rationales = any(fb.rationale for fb in pool)
+            for abl in [x for x in a.ablations.split(",") if x]:
+                if abl == "pairwise_orders" and orders == 2:
+                    calls["ours_no_pairwise_orders"] += (len(aligned) + 1) * t + seen
+                elif abl != "pairwise_orders" and rationales:
+                    keep = {int(x) for x in a.ablation_stages.split(",") if x.strip()}
+                    judged = [n for n in aligned if not keep or n in keep or
+                              (n == aligned[-1] and -1 in keep)]  # fmt: skip
+                    calls[f"ours_no_{abl}"] += (len(judged) * t + sum(judged)) * orders
+            if a.mlflow:
+                calls["mlflow"] += len(st) * t
+        total = sum(calls.values())
+        hours = {f"{s}s": round(total * s / 3600, 1) for s in a.plan_seconds}
+        return {"dataset": name, "judge_calls": dict(calls), "total_judge_calls": total,
+                "hours_at": hours}  # fmt: skip
+
     def run_dataset(self, name: str) -> Path:
         a = self.args
         spec, data, fixed, sums = self.load(name)
@@ -712,6 +758,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chat-model", default="local")
     ap.add_argument("--embedding-model", default="minilm")
     ap.add_argument("--fake", action="store_true", help="offline fake models (smoke test)")
+    ap.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the judge calls a full run makes per data set, and hours at --plan-seconds",
+    )
+    ap.add_argument(
+        "--plan-seconds",
+        type=lambda x: [float(v) for v in x.split(",")],
+        default=[5.0, 10.0, 45.0],
+        help="wall seconds per judge call to convert calls into hours (2 slots in use)",
+    )
     ap.add_argument("--mlflow", action="store_true", help="also run MLflow 3.18's MemAlign")
     ap.add_argument(
         "--mlflow-venv",
@@ -742,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         models = build_models(args)
     proxy = None
-    if args.mlflow and args.proxy is None:
+    if args.mlflow and args.proxy is None and not args.plan:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", args.proxy_port)) == 0:
                 ap.error(f"port {args.proxy_port} is taken; pass --proxy-port or --proxy")
@@ -756,6 +813,10 @@ def main(argv: list[str] | None = None) -> int:
         args.proxy = f"http://127.0.0.1:{args.proxy_port}"
         time.sleep(2)
     bench = Bench(args, models)
+    if args.plan:
+        for name in [d for d in args.datasets.split(",") if d]:
+            print(json.dumps(bench.plan(name)))
+        return 0
     try:
         for name in [d for d in args.datasets.split(",") if d]:
             bench.run_dataset(name)
