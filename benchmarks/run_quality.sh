@@ -12,8 +12,10 @@
 #                the snapshot venv uses its site-packages for everything but the package
 #   MLFLOW_VENV  the MLflow 3.18 venv (default: .venv-mlflow; mlflow_baseline/setup.sh)
 # Optional:
-#   ONLY="halubench feedbackqa"  run only these manifest entries (reports always run)
-#   RESUME=1     keep RESULTS and continue where it stopped (default: move it aside)
+#   ONLY="halubench feedbackqa"  run only these manifest entries (reports always run); their
+#                result files start afresh (moved aside), the others' are kept
+#   RESUME=1     keep the results and continue where they stopped (default: start afresh,
+#                moving RESULTS aside)
 #   SNAPSHOT=worktree  snapshot the working tree with its uncommitted edits (default: HEAD)
 #   MANIFEST     another manifest (e.g. a smoke test with --fake)
 #   RESULTS (default benchmarks/results/quality), IMG (default docs/img),
@@ -56,10 +58,10 @@ assert langchain_memalign.__file__.startswith(sys.argv[1]), langchain_memalign._
 print("package:", langchain_memalign.__file__)
 EOF
 
-if [ "${RESUME:-0}" != 1 ] && [ -d "$results" ] && [ -n "$(ls -A "$results")" ]; then
-  old="$results.old-$(date -u +%Y%m%dT%H%M%S)"
-  echo "moving earlier results aside: $old"
-  mv "$results" "$old"
+stamp="$(date -u +%Y%m%dT%H%M%S)"
+if [ "${RESUME:-0}" != 1 ] && [ -z "${ONLY:-}" ] && [ -d "$results" ] && [ -n "$(ls -A "$results")" ]; then
+  echo "moving earlier results aside: $results.old-$stamp"
+  mv "$results" "$results.old-$stamp"
 fi
 mkdir -p "$results" "$img"
 
@@ -76,12 +78,18 @@ for kind in ("runs", "reports"):
     for entry in m[kind]:
         if kind == "runs" and only and entry["name"] not in only:
             continue
-        print(entry["name"] + "\t" + entry["command"].format(**fill))
+        print(entry["name"] + "\t" + entry["result"].format(**fill) + "\t"
+              + entry["command"].format(**fill))
 EOF
 )"
 failed=0
 cd "$snap/src"
-while IFS=$'\t' read -r name cmd; do
+while IFS=$'\t' read -r name result cmd; do
+  if [ -n "${ONLY:-}" ] && [ "${RESUME:-0}" != 1 ] && [ -f "$result" ]; then
+    # A run of some entries only: start those afresh, keep the other results.
+    echo "moving earlier $result aside: $result.old-$stamp"
+    mv "$result" "$result.old-$stamp"
+  fi
   echo "[$(date -u +%H:%M:%S)] == $name: $cmd"
   if ! eval "$cmd" >> "$results/$name.log" 2>&1; then
     echo "[$(date -u +%H:%M:%S)] $name FAILED (see $results/$name.log)"
