@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     guides: list[str] = []
     drawn: set[Path] = set()
     for f in args.files:
+        if not Path(f).exists():
+            print(f"skipped (missing): {f}", file=sys.stderr)
+            continue
         result = json.loads(Path(f).read_text(encoding="utf-8"))
         if "scenario" in result and "summary" in result:
             md += scenario_lines(result, f)
