@@ -185,6 +185,57 @@ def verdict_lines(result: dict[str, Any], pts: dict[tuple[str, int], list[dict]]
     return out
 
 
+def noise(result: dict[str, Any]) -> float | None:
+    """The largest accuracy difference between identical unaligned runs of one seed."""
+    spreads = []
+    for sd in result["seeds"].values():
+        accs = [
+            e["test"]["accuracy"]
+            for e in sd["entries"].values()
+            if e.get("system") == "unaligned" and "test" in e
+        ]
+        if len(accs) >= 2:
+            spreads.append(max(accs) - min(accs))
+    return max(spreads) if spreads else None
+
+
+def summary_row(result: dict[str, Any]) -> str:
+    """One data set at its last stage: the systems side by side and the issue's checks."""
+    pts = entries(result)
+    stages = sorted({st for (s, st) in pts if s == "ours"})
+    if not stages:
+        return ""
+    last = stages[-1]
+
+    def acc(system: str, stage: int) -> float | None:
+        es = pts.get((system, stage))
+        return pooled(es)["accuracy"] if es else None
+
+    un, ours, ml = acc("unaligned", 0), acc("ours", last), acc("mlflow", last)
+    few = acc("few_shot", last)
+    nz = noise(result)
+    if un is None or ours is None:
+        vs_un = "–"
+    elif nz is None:
+        vs_un = f"{ours - un:+.2f} (noise not measured)"
+    else:
+        verdict = (
+            "better beyond noise" if ours - un > nz
+            else "WORSE beyond noise" if un - ours > nz
+            else "within noise"
+        )  # fmt: skip
+        vs_un = f"{ours - un:+.2f} ({verdict})"
+    vs_ml = "–" if ml is None or ours is None else f"{ours - ml:+.2f}"
+    collapsed = sorted(
+        {f"{s}@{st}" for (s, st), es in pts.items() if s != "unaligned"
+         for e in es if e["test"].get("collapsed")}
+    )  # fmt: skip
+    return (
+        f"| {result['dataset']} | {last} | {fmt(un)} | {fmt(few)} | {fmt(ours)} | {fmt(ml)} | "
+        f"{fmt(nz)} | {vs_un} | {vs_ml} | {', '.join(collapsed) or 'none'} |"
+    )
+
+
 def guideline_lines(result: dict[str, Any]) -> list[str]:
     out = [f"### {result['dataset']}: guidelines at the last stage", ""]
     for seed, sd in sorted(result["seeds"].items()):
@@ -320,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-guidelines", action="store_true")
     args = ap.parse_args(argv)
     md = ["## Quality: learning curves side by side", ""]
+    summary = [
+        "| data set | feedback | unaligned | few-shot | ours | MLflow | run-to-run noise | "
+        "ours − unaligned | ours − MLflow | aligned judges that collapsed (any seed) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     guides: list[str] = []
     drawn: set[Path] = set()
     for f in args.files:
@@ -339,7 +395,17 @@ def main(argv: list[str] | None = None) -> int:
         plot(result, png)
         rel = os.path.relpath(png, Path(args.md).parent)
         md += [*dataset_table(result, f), f"![{result['dataset']}]({rel})", ""]
+        row = summary_row(result)
+        if row:
+            summary.append(row)
         guides += guideline_lines(result)
+    md[2:2] = [
+        "Test accuracy at the last stage (seeds pooled). Noise: the largest accuracy "
+        "difference between identical unaligned runs (--repeat-identical).",
+        "",
+        *summary,
+        "",
+    ]
     if not args.no_guidelines:
         md += ["## Guidelines learned", "", *guides]
     Path(args.md).parent.mkdir(parents=True, exist_ok=True)
