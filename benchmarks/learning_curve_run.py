@@ -17,10 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from side_by_side import FILES, ROOT, build_models
+from _data import FILES, dataset_spec, load_jsonl
+from side_by_side import ROOT, build_models
 
 from langchain_memalign import MemAlignJudge
-from langchain_memalign.evaluation.datasets import dataset_spec, load_jsonl
 from langchain_memalign.evaluation.learning_curve import StageResult, learning_curve
 
 

@@ -42,12 +42,26 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+def _version() -> tuple[str, list[str]]:
+    """(commit, locally modified package files): from git, or from the VERSION file that
+    `run_quality.sh` writes into a snapshot (a copy without .git)."""
+    commit = _git("rev-parse", "HEAD")
+    if commit:
+        return commit, _git("status", "--porcelain", "langchain_memalign").splitlines()
+    version = ROOT / "VERSION"
+    if version.exists():
+        lines = version.read_text().splitlines()
+        return (lines[0] if lines else ""), [x for x in lines[1:] if "langchain_memalign" in x]
+    return "", []
+
+
 def run_info(*, models: dict[str, str], data: dict[str, str]) -> dict[str, Any]:
     """Commit (and whether the package had local edits), models, data checksums, machine."""
+    commit, modified = _version()
     return {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "package_modified_files": _git("status", "--porcelain", "langchain_memalign").splitlines(),
+        "git_commit": commit,
+        "package_modified_files": modified,
         "models": models,
         "data_sha256": data,
         "machine": {

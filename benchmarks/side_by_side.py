@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _data import FILES, DatasetSpec, dataset_spec, load_jsonl
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
@@ -46,7 +47,6 @@ from pydantic import SecretStr
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge, Scale
-from langchain_memalign.evaluation.datasets import DatasetSpec, dataset_spec, load_jsonl
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.evaluation.learning_curve import split_train_test
 from langchain_memalign.evaluation.metrics import (
@@ -61,12 +61,6 @@ from langchain_memalign.graphs.structured import StructuredCaller
 
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_DIR = ROOT / "benchmarks" / "mlflow_baseline"
-FILES = {
-    "halubench": "halubench.jsonl",
-    "pandalm": "pandalm.jsonl",
-    "prometheus": "prometheus_mtbench_vicuna.jsonl",
-    "feedbackqa": "feedbackqa.jsonl",
-}
 VARIANTS = ("unaligned", "few_shot", "memalign", "semantic_only", "episodic_only")
 
 

@@ -87,6 +87,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--probe-incremental", action="store_true")
     ap.add_argument("--limit-train", type=int, default=None)
     ap.add_argument("--limit-test", type=int, default=None)
+    ap.add_argument(
+        "--stages", default=None,
+        help="learning-curve mode, e.g. 0,10,50: stage 0 judges the test set unaligned; stage "
+        "N aligns the previous stage's judge incrementally on the first N train traces and "
+        "judges the test set. Writes `stages` to --out after every stage (no other phases).",
+    )
+    ap.add_argument(
+        "--predict-stages", default=None,
+        help="with --stages: judge the test set only at these stages (default: all); the "
+        "others are only aligned through (resuming a run whose stages were recorded)",
+    )
     return ap.parse_args(argv)
 
 
@@ -280,6 +291,38 @@ def timed(args: argparse.Namespace, fn, *a, **kw) -> tuple[Any, dict[str, Any]]:
     return result, {"seconds": round(seconds, 3), **diff(proxy_stats(args), before)}
 
 
+def run_stages(args: argparse.Namespace, judge: Any, optimizer: Any, traces: list[Any],
+               test: list[dict[str, Any]], trace_to_case: dict[str, str],
+               result: dict[str, Any]) -> int:
+    """Learning-curve mode: align incrementally on growing prefixes of the train traces."""
+    stages = sorted({int(s) for s in args.stages.split(",") if s.strip()})
+    predict = (set(stages) if args.predict_stages is None
+               else {int(s) for s in args.predict_stages.split(",") if s.strip()})
+    result["stages"] = {}
+    current = judge
+    for n in stages:
+        if n > len(traces):
+            print(f"stage {n}: only {len(traces)} train traces; skipped", file=sys.stderr, flush=True)
+            continue
+        entry: dict[str, Any] = {"n_feedback": n}
+        if n > 0:
+            print(f"stage {n}: aligning on the first {n} traces", file=sys.stderr, flush=True)
+            current, entry["align"] = timed(args, current.align, traces=traces[:n], optimizer=optimizer)
+            entry["memory"] = memory_of(current)
+        if n in predict:
+            print(f"stage {n}: judging {len(test)} test cases", file=sys.stderr, flush=True)
+            entry["predictions"], entry["predict"] = timed(
+                args, judge_cases, current, test, args.scale_kind, args)
+            for r in entry["predictions"]:
+                if r["retrieved_trace_ids"]:
+                    r["retrieved_case_ids"] = [trace_to_case.get(t, t) for t in r["retrieved_trace_ids"]]
+            entry["summary"] = summarize(entry["predictions"], args.scale_kind)
+        result["stages"][str(n)] = entry
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1, default=str)
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -349,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     traces, phases["log_traces"] = timed(args, log_train_traces, train, args.name)
     trace_to_case = {t.info.trace_id: c["id"] for t, c in zip(traces, train)}
     result["trace_to_case"] = trace_to_case
+
+    if args.stages is not None:
+        return run_stages(args, judge, optimizer, traces, test, trace_to_case, result)
 
     print(f"baseline on {len(test)} test cases", file=sys.stderr, flush=True)
     result["baseline"], phases["baseline_predict"] = timed(args, judge_cases, judge, test, args.scale_kind, args)
