@@ -41,7 +41,7 @@ REFLECT_SYSTEM = """You help an LLM judge learn the unwritten grading rules of a
 The judge's task: {task}
 {scale}
 Below, experts graded cases and explained why. Compare cases that got different scores: what separates them is the rule. Write the rules the experts apply that a generic judge would miss:
-- One sentence per guideline, in the form "When <condition on the case: which inputs it applies to>, <what the output must do, and the score if it does not>." For example, in another task: "When the question asks for code, fail an answer whose code does not run." The condition must leave out the cases the experts graded differently for that reason.
+- One sentence per guideline, in the form "When <condition on the case: which inputs it applies to>, <what the output must do, and the score if it does not>." The condition must leave out the cases the experts graded differently for that reason.
 - Rules, not case summaries: no names, products, numbers or quotes from one case.
 - Only rules that an expert rationale states or clearly implies.
 - If an existing guideline already says it, return that guideline's text with its id in "existing_id".
