@@ -46,18 +46,17 @@ from pydantic import SecretStr
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge, Scale
-from langchain_memalign.evaluation.datasets import DatasetSpec, dataset_spec, load_jsonl
-from langchain_memalign.memory.episodic import Episode
-from langchain_memalign.evaluation.learning_curve import split_train_test
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     AgreementReport,
-    UsageCallbackHandler,
     agreement_report,
     evaluate_agreement,
-    with_callback,
 )
+from langchain_memalign.evaluation.datasets import DatasetSpec, dataset_spec, load_jsonl
+from langchain_memalign.evaluation.learning_curve import split_train_test
+from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.graphs.prompts import judge_messages
 from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.memory.episodic import Episode
 
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_DIR = ROOT / "benchmarks" / "mlflow_baseline"

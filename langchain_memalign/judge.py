@@ -23,7 +23,7 @@ from langchain_memalign.errors import (
     ReflectionError,
     UnknownFeedbackError,
 )
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     AgreementReport,
     aevaluate_agreement,
     evaluate_agreement,

@@ -42,13 +42,12 @@ from typing import Any, Protocol
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel, Field
 
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     BatchJudge,
-    UsageCallbackHandler,
     agreement_report,
     evaluate_agreement,
-    with_callback,
 )
+from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import Scale

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
-from langchain_memalign.cli import (
+from langchain_memalign.cli import main
+from langchain_memalign.cli.judge_file import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -22,13 +23,11 @@ from langchain_memalign.cli import (
     CLIError,
     JudgeFile,
     Models,
-    Progress,
-    ascii_curve,
-    build_parser,
     default_models,
-    main,
-    memory_summary,
 )
+from langchain_memalign.cli.parser import build_parser
+from langchain_memalign.cli.progress import Progress, ascii_curve
+from langchain_memalign.cli.show import memory_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from langchain_memalign import InvalidFeedbackError, Scale
+from langchain_memalign.evaluation.agreement import agreement_report
 from langchain_memalign.evaluation.datasets import (
     DATASETS,
     dataset_spec,
     load_jsonl,
     row_to_feedback,
 )
-from langchain_memalign.evaluation.metrics import agreement_report
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 

@@ -10,20 +10,22 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import Feedback, MemAlignJudge, Scale
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     AgreementReport,
-    UsageCallbackHandler,
-    accuracy,
     agreement_report,
+    evaluate_agreement,
+)
+from langchain_memalign.evaluation.metrics import (
+    accuracy,
     ccc,
     cohen_kappa,
     confusion_matrix,
-    evaluate_agreement,
     fleiss_kappa,
     krippendorff_alpha,
     mae,
     pairwise_agreement,
 )
+from langchain_memalign.evaluation.usage import UsageCallbackHandler
 
 # -- pure functions -----------------------------------------------------------------------------
 
