@@ -48,6 +48,7 @@ from langgraph.graph import END, StateGraph
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.reports import AlignReport
+from langchain_memalign.result import label_of
 from langchain_memalign.scale import Scale
 
 Route = Literal["pass", "revise", "exhausted"]
@@ -101,7 +102,7 @@ def default_passed(scale: Scale) -> Callable[[dict[str, Any]], bool]:
         return lambda result: _number(result.get("score")) >= midpoint
     if scale.kind == "categorical":
         best = scale.choices[0]
-        return lambda result: result.get("score") == best
+        return lambda result: label_of(result) == best
     raise ValueError(
         "a pairwise judge has no default pass rule for self-critique; pass "
         "`passed=lambda result: ...`"
@@ -370,7 +371,7 @@ class SelfCritique:
         """
         critique = self._critique_of(state)
         result, case = critique["result"], critique["case"]
-        judged = result.get("score")
+        judged = label_of(result)
         value = judged if value is None else self.judge.scale.validate_value(value, feedback_id=id)
         confirmed = value == judged
         return Feedback(

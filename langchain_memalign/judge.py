@@ -35,19 +35,22 @@ from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.result import JudgeResult, to_result
 from langchain_memalign.scale import Scale, ScaleSpec
 
 _CASE_KEYS = ("inputs", "outputs", "reference_outputs")
 
 
-class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
+class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
     r"""An LLM judge with a semantic and an episodic memory of expert feedback.
 
     The judge is a LangChain `Runnable`: `invoke`, `ainvoke`, `batch`,
     `abatch` and `stream` take `{"inputs", "outputs", "reference_outputs"}`
-    and return an openevals-style result `{"key", "score", "comment",
-    "metadata"}`. It is also callable like an openevals evaluator:
-    `judge(inputs=..., outputs=...)`.
+    and return a `JudgeResult` `{"key", "score", "comment", "metadata"}`
+    (plus the label in `"value"` on categorical and pairwise scales, where
+    `score` is the label's position; see `langchain_memalign.result`). It is
+    also callable like an openevals evaluator, `judge(inputs=..., outputs=...)`,
+    and usable as is in `langsmith.evaluate(evaluators=[judge])`.
 
     Example:
         ```python
@@ -122,9 +125,9 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
             build_align_graph(memory, self.reflection_model)
         )
-        self._chain = (_PrepareCases(memory) | self.graph | _TakeResult()).with_config(
-            run_name=self.name
-        )
+        self._chain = (
+            _PrepareCases(memory) | self.graph | _TakeResult(memory.config.scale)
+        ).with_config(run_name=self.name)
 
     @classmethod
     def load(
@@ -196,13 +199,13 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
 
     def invoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Judge one case: `{"inputs", "outputs", "reference_outputs"}` -> result."""
+    ) -> JudgeResult:
+        """Judge one case: `{"inputs", "outputs", "reference_outputs"}` -> `JudgeResult`."""
         return self._chain.invoke(input, config, **kwargs)
 
     async def ainvoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
+    ) -> JudgeResult:
         """Async twin of `invoke`."""
         return await self._chain.ainvoke(input, config, **kwargs)
 
@@ -237,8 +240,12 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         outputs: Any = None,
         reference_outputs: Any = None,
         **kwargs: Any,
-    ) -> dict[str, Any]:
-        """Judge a case openevals-style: `judge(inputs=..., outputs=...)`."""
+    ) -> JudgeResult:
+        """Judge a case openevals-style: `judge(inputs=..., outputs=...)`.
+
+        The result is a valid LangSmith evaluation result, so the judge itself
+        can be passed to `langsmith.evaluate(evaluators=[judge])`.
+        """
         config = cast(RunnableConfig | None, kwargs.pop("config", None))
         return self.invoke(
             {"inputs": inputs, "outputs": outputs, "reference_outputs": reference_outputs},
@@ -439,19 +446,25 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         self.memory.store.close()
 
 
-class _TakeResult(Runnable[dict[str, Any], dict[str, Any]]):
-    """The judgment from the graph's final state (a plain step: no trace of its own)."""
+class _TakeResult(Runnable[dict[str, Any], JudgeResult]):
+    """The judgment from the graph's final state, as a `JudgeResult`.
+
+    A plain step: no trace of its own.
+    """
+
+    def __init__(self, scale: Scale) -> None:
+        self.scale = scale
 
     def invoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Return `input["result"]`."""
-        return cast(dict[str, Any], input["result"])
+    ) -> JudgeResult:
+        """The graph's verdict (a label on the scale) as a `JudgeResult`."""
+        return to_result(self.scale, input["result"])
 
     # The defaults would hand this dict lookup to a thread pool.
     async def ainvoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
+    ) -> JudgeResult:
         """Async twin of `invoke` (no thread hop)."""
         return self.invoke(input)
 

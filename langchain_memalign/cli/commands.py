@@ -29,6 +29,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.memory.store import DB_FILE
 from langchain_memalign.reports import AlignReport
+from langchain_memalign.result import label_of
 
 if TYPE_CHECKING:
     from langchain_memalign.langsmith import SyncReport
@@ -252,7 +253,7 @@ def cmd_judge(ctx: Context) -> int:
             out.close()
         judge.close()
     if len(cases) > 1 or args.output:
-        scores = [r["score"] for r in results if isinstance(r, dict)]
+        scores = [label_of(r) for r in results if isinstance(r, dict)]
         counts = {str(s): scores.count(s) for s in dict.fromkeys(scores)}
         summary = ", ".join(f"{k}: {v}" for k, v in counts.items())
         where = f" to {args.output}" if args.output else ""

@@ -45,6 +45,7 @@ from langchain_memalign.evaluation.metrics import (
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.reports import Usage
+from langchain_memalign.result import label_of
 from langchain_memalign.scale import Scale, ScaleSpec
 
 ANNOTATOR_LABELS_KEY = "annotator_labels"
@@ -252,7 +253,7 @@ def agreement_report(
         if isinstance(res, BaseException):
             error = f"{type(res).__name__}: {res}"
         elif isinstance(res, dict):
-            score, comment = res.get("score"), res.get("comment")
+            score, comment = label_of(res), res.get("comment")
         else:
             score = res
         if error is None and score is None:
