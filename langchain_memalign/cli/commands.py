@@ -118,7 +118,7 @@ def cmd_align(ctx: Context) -> int:
                 for chunk in chunks(items, args.batch_size):
                     reports.append(judge.align(chunk, raise_on_failure=False))
                     bar.advance(len(chunk))
-            total = _sum_reports(reports)
+            total = AlignReport.merge(reports)
             out["files"] = total
             failed, errors = total.failed, total.errors
             if not args.json:
@@ -174,27 +174,6 @@ def _print_sync(sync: SyncReport, judge: MemAlignJudge) -> None:
         )
     for fid, reason in list(sync.skipped.items())[:5]:
         echo(f"  skipped {fid}: {reason}", file=sys.stderr)
-
-
-def _sum_reports(reports: Sequence[AlignReport]) -> AlignReport:
-    total = AlignReport()
-    for r in reports:
-        total.added += r.added
-        total.updated += r.updated
-        total.unchanged += r.unchanged
-        total.guidelines_added += r.guidelines_added
-        total.guidelines_removed += r.guidelines_removed
-        total.guidelines_updated += r.guidelines_updated
-        total.errors += r.errors
-        total.usage = total.usage + r.usage
-        total.seconds += r.seconds
-    # A guideline added then removed by a later chunk's consolidation is gone.
-    removed = set(total.guidelines_removed)
-    added = set(total.guidelines_added)
-    total.guidelines_added = sorted(added - removed)
-    total.guidelines_removed = sorted(removed - added)
-    total.failed = sorted(set(reports[-1].failed if reports else []))
-    return total
 
 
 def _judge_cases(

@@ -38,7 +38,7 @@ from langchain_memalign.langsmith._fields import (
     read_label,
     read_text,
 )
-from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.reports import AlignReport, UnalignReport
 from langchain_memalign.scale import Scale, ScaleSpec
 
 ConflictPolicy = Literal["keep_all", "majority", "latest"]
@@ -527,7 +527,8 @@ class LangSmithFeedbackSource:
                 # even though LangSmith has nothing new.
                 reports.append(judge.align([], raise_on_failure=False))
 
-        failed = {i for rep in reports for i in rep.failed}
+        merged = AlignReport.merge(reports) if reports else None
+        failed = set(merged.failed if merged else [])
         return SyncReport(
             listed=len(reviews),
             aligned=[
@@ -540,7 +541,7 @@ class LangSmithFeedbackSource:
             skipped=skipped,
             conflicts=conflicts,
             runs_fetched=runs_fetched,
-            align=_merge(reports) if reports else None,
+            align=merged,
             unalign=unalign_report,
             seconds=time.perf_counter() - started,
         )
@@ -626,21 +627,3 @@ def _fields(record: Mapping[str, Any], kind: str) -> str:
     if kind == "correction":
         return f"correction={record.get('correction')!r}"
     return f"score={record.get('score')!r}, value={record.get('value')!r}"
-
-
-def _merge(reports: Sequence[AlignReport]) -> AlignReport:
-    def cat(name: str) -> list[str]:
-        return [x for rep in reports for x in getattr(rep, name)]
-
-    return AlignReport(
-        added=cat("added"),
-        updated=cat("updated"),
-        unchanged=cat("unchanged"),
-        guidelines_added=cat("guidelines_added"),
-        guidelines_removed=cat("guidelines_removed"),
-        guidelines_updated=cat("guidelines_updated"),
-        failed=cat("failed"),
-        errors=cat("errors"),
-        usage=Usage.sum(rep.usage for rep in reports),
-        seconds=sum(rep.seconds for rep in reports),
-    )

@@ -301,6 +301,16 @@ def test_failed_reflection_exits_1_and_is_retried(env: Env) -> None:
     assert code == EXIT_OK and "Guidelines: 3 added" in out
 
 
+def test_an_item_retried_successfully_by_a_later_batch_is_not_failed(env: Env) -> None:
+    env.created()
+    env.responder.fail_next_reflections = 3  # every attempt (max_retries=2) of batch 1
+    code, out, err = env.run("align", env.feedback, "--batch-size", "1", "--json")
+    assert code == EXIT_OK, err
+    report = json.loads(out)["files"]
+    assert report["failed"] == [] and report["errors"]  # batch 1 failed, batch 2 retried it
+    assert sorted(report["added"]) == sorted(f["id"] for f in FEEDBACK)
+
+
 @pytest.fixture
 def langsmith(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The fake LangSmith server, with the environment pointing every client at it."""
