@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -79,8 +79,19 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             `None` keeps the memory in process.
         rate_limiter: Paces the judge's model calls (e.g. LangChain's
             `InMemoryRateLimiter`), shared by all concurrent judgments.
-        **options: Further `JudgeConfig` fields (`embed`, `guideline_token_budget`,
-            `episode_max_chars`, `embed_max_chars`, `reflect_batch_size`, `max_retries`).
+        embed: What text of a case is embedded (`JudgeConfig.embed`).
+        guideline_token_budget: Tokens of guidelines in a judge prompt.
+        episode_max_chars: Characters of one episode shown in a judge prompt.
+        embed_max_chars: Characters embedded per case.
+        reflect_batch_size: Feedback items distilled per reflection call.
+        max_retries: Retries when a model returns malformed output.
+        hnsw_threshold: Episodes past which retrieval becomes approximate (HNSW).
+        hnsw_ef_search: Breadth of an HNSW search.
+        reuse_expert_verdicts: Answer with the experts' verdict on a case they graded.
+
+    See `JudgeConfig` for each option. Everything after `embeddings` is
+    keyword-only. A judge is a context manager: `with MemAlignJudge(...) as
+    judge:` closes its memory on exit.
     """
 
     def __init__(
@@ -89,15 +100,36 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         instructions: str,
         model: str | BaseChatModel,
         embeddings: str | Embeddings,
+        *,
         scale: ScaleSpec = bool,
         k: int = 5,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
-        **options: Any,
+        embed: Literal["inputs", "inputs_outputs"] = "inputs",
+        guideline_token_budget: int = 800,
+        episode_max_chars: int = 900,
+        embed_max_chars: int = 1500,
+        reflect_batch_size: int = 8,
+        max_retries: int = 2,
+        hnsw_threshold: int = 50_000,
+        hnsw_ef_search: int = 96,
+        reuse_expert_verdicts: bool = True,
     ) -> None:
         config = JudgeConfig(
-            name=name, instructions=instructions, scale=Scale.of(scale), k=k, **options
+            name=name,
+            instructions=instructions,
+            scale=Scale.of(scale),
+            k=k,
+            embed=embed,
+            guideline_token_budget=guideline_token_budget,
+            episode_max_chars=episode_max_chars,
+            embed_max_chars=embed_max_chars,
+            reflect_batch_size=reflect_batch_size,
+            max_retries=max_retries,
+            hnsw_threshold=hnsw_threshold,
+            hnsw_ef_search=hnsw_ef_search,
+            reuse_expert_verdicts=reuse_expert_verdicts,
         )
         emb = resolve_embeddings(embeddings)
         self._setup(
@@ -254,7 +286,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
     # -- measuring agreement ----------------------------------------------------------------
 
-    def evaluate(
+    def agreement(
         self,
         feedback: Iterable[Feedback | dict[str, Any]],
         config: RunnableConfig | None = None,
@@ -281,7 +313,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
 
-    async def aevaluate(
+    async def aagreement(
         self,
         feedback: Iterable[Feedback | dict[str, Any]],
         config: RunnableConfig | None = None,
@@ -289,7 +321,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         ordinal: bool | None = None,
         max_concurrency: int | None = None,
     ) -> AgreementReport:
-        """Async twin of `evaluate`."""
+        """Async twin of `agreement`."""
         return await aevaluate_agreement(
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
@@ -444,6 +476,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         if self.memory.store.folder is not None:
             self.memory.save(self.memory.store.folder)
         self.memory.store.close()
+
+    def __enter__(self) -> MemAlignJudge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _TakeResult(Runnable[dict[str, Any], JudgeResult]):

@@ -455,9 +455,8 @@ class LangSmithFeedbackSource:
         if self.scale is not None and self.scale != judge.scale:
             raise ValueError(f"source scale {self.scale.kind} differs from the judge's")
         store = judge.memory.store
-        with judge.memory.write_lock:
-            state_key = self.state_key(judge)
-            state: dict[str, Any] = store.get_meta(state_key) or {}
+        with judge.memory.integration_state(self.state_key(judge)) as saved:
+            state: dict[str, Any] = saved.get() or {}
             if state.get("version") != _STATE_VERSION:
                 state = {"version": _STATE_VERSION, "items": {}}
             entries: dict[str, dict[str, Any]] = state["items"]
@@ -491,7 +490,7 @@ class LangSmithFeedbackSource:
                     else:
                         entry["id"] = None
             unalign_report = judge.unalign(sorted(set(remove))) if remove else None
-            store.set_meta(state_key, state)
+            saved.set(state)
 
             # 2. what is new or modified is resolved and aligned, one batch at a time
             todo = [
@@ -520,8 +519,8 @@ class LangSmithFeedbackSource:
                         entries[r.langsmith_id] = _entry(r, r.feedback_id)
                 stamps = [e["m"] for e in entries.values() if e.get("m")]
                 state["cursor"] = max(stamps) if stamps else None
-                store.set_meta(state_key, state)
-            store.set_meta(state_key, state)
+                saved.set(state)
+            saved.set(state)
             if not reports and store.pending_reflection():
                 # An earlier sync stored feedback whose reflection failed: retry it now,
                 # even though LangSmith has nothing new.
@@ -552,7 +551,8 @@ class LangSmithFeedbackSource:
 
     def forget(self, judge: MemAlignJudge) -> None:
         """Drop this source's sync state (the aligned feedback stays in the memory)."""
-        judge.memory.store.set_meta(self.state_key(judge), None)
+        with judge.memory.integration_state(self.state_key(judge)) as saved:
+            saved.set(None)
 
 
 def _resolve_conflicts(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,34 @@ class JudgeMemory:
             )  # fmt: skip
         return episodes
 
+    # -- integrations' own state ---------------------------------------------------------
+
+    @contextmanager
+    def integration_state(self, namespace: str) -> Iterator[IntegrationState]:
+        """Read and write an integration's own state, stored with the memory.
+
+        An integration that feeds the judge (a feedback source, a queue) keeps
+        what it has seen here, so that the state and the memory it describes
+        are saved, copied and deleted together. The block holds the memory's
+        write lock: no other align, unalign or save runs meanwhile, but the
+        block itself may align and unalign (the lock is re-entrant).
+
+        ```python
+        with judge.memory.integration_state("my_source:project-1") as state:
+            seen = state.get() or {}
+            ...
+            state.set(seen)  # saved at once: a later failure keeps it
+        ```
+
+        Args:
+            namespace: The integration's key, e.g. `"langsmith_sync:<key>:<scope>"`;
+                the memory's own keys (`config`, `embeddings`, ...) are refused.
+        """
+        if not namespace or namespace in _CORE_META:
+            raise ValueError(f"{namespace!r} is not an integration namespace")
+        with self.write_lock:
+            yield IntegrationState(self.store, namespace)
+
     # -- swapping views after a committed write ------------------------------------------
 
     def refresh_guidelines(self) -> None:
@@ -216,6 +245,25 @@ class JudgeMemory:
         guidelines, vectors = self.store.load_guidelines()
         self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
 
+
+class IntegrationState:
+    """One integration's state in the memory: a JSON value (see `integration_state`)."""
+
+    def __init__(self, store: MemoryStore, namespace: str) -> None:
+        self._store = store
+        self.namespace = namespace
+
+    def get(self) -> Any:
+        """The stored value, or None."""
+        return self._store.get_meta(self.namespace)
+
+    def set(self, value: Any) -> None:
+        """Store `value` (JSON-serializable) at once; `None` clears it."""
+        self._store.set_meta(self.namespace, value)
+
+
+# The memory's own meta keys, which no integration may overwrite.
+_CORE_META = frozenset({"config", "embeddings", "schema_version", "change_seq", "index_seq"})
 
 # What a stored memory is: changing these would make its guidelines or its
 # vectors mean something else, so they cannot change on reopening.

@@ -190,3 +190,31 @@ def test_no_pickle_in_memory_folder(make_judge: Any, tmp_path: Path) -> None:
     judge.save(tmp_path)
     for p in tmp_path.iterdir():
         assert not p.read_bytes().startswith(b"\x80")  # pickle protocol marker
+
+
+def test_a_judge_is_a_context_manager_that_closes_its_memory(model: Any, tmp_path: Path) -> None:
+    with MemAlignJudge("h", INSTRUCTIONS, model, HashEmbeddings(), path=tmp_path / "mem") as judge:
+        judge.align([SWEATER, HOURS, RUDE])
+    with pytest.raises(sqlite3.ProgrammingError):  # closed
+        judge.stats()
+    reopened = MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=HashEmbeddings())
+    assert reopened.feedback_ids == ["sweater", "hours", "rude"]
+    reopened.close()
+
+
+def test_integration_state_is_kept_with_the_memory(model: Any, tmp_path: Path) -> None:
+    judge = MemAlignJudge("h", INSTRUCTIONS, model, HashEmbeddings(), path=tmp_path / "mem")
+    with judge.memory.integration_state("my_source:scope") as state:
+        assert state.get() is None
+        state.set({"cursor": 3})
+        judge.align([HOURS])  # the lock is re-entrant: aligning inside the block works
+    with pytest.raises(ValueError, match="namespace"), judge.memory.integration_state("config"):
+        pass
+    judge.close()
+    reopened = MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=HashEmbeddings())
+    with reopened.memory.integration_state("my_source:scope") as state:
+        assert state.get() == {"cursor": 3}
+        state.set(None)
+        assert state.get() is None
+    assert reopened.config.name == "h"  # the memory's own keys are untouched
+    reopened.close()
