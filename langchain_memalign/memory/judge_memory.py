@@ -7,6 +7,7 @@ SQLite first and then swaps the in-process views.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,8 @@ from langchain_memalign.memory.semantic import Guideline, select_guidelines, tot
 from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, write_atomic
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
+
+logger = logging.getLogger(__name__)
 
 
 class JudgeMemory:
@@ -110,12 +113,17 @@ class JudgeMemory:
         if folder is None or not (folder / INDEX_FILE).is_file():
             return None
         if self.store.get_meta("index_seq") != self.store.get_meta("change_seq"):
+            logger.debug("%s: stale index cache, rebuilding it from the stored vectors", folder)
             return None
         try:
             index = EpisodicIndex.read(str(folder / INDEX_FILE), **self._index_options())
-        except RuntimeError:  # a damaged cache is rebuilt, never trusted
+        except RuntimeError as e:  # a damaged cache is rebuilt, never trusted
+            logger.warning("%s: damaged index cache (%s), rebuilding it", folder / INDEX_FILE, e)
             return None
-        return index if len(index) == self.store.count("episodes") else None
+        if len(index) != self.store.count("episodes"):
+            logger.warning("%s: index cache out of step, rebuilding it", folder / INDEX_FILE)
+            return None
+        return index
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Write the memory to `folder` atomically, with a fresh index cache."""

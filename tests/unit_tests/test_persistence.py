@@ -40,15 +40,17 @@ def test_save_load_round_trip_makes_no_embedding_call(
 
 
 def test_index_cache_is_used_and_rebuilt_when_missing_or_stale(
-    make_judge: Any, model: Any, tmp_path: Path
+    make_judge: Any, model: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     judge = make_judge()
     judge.align([SWEATER, HOURS])
     judge.save(tmp_path)
     assert (tmp_path / INDEX_FILE).is_file()
     (tmp_path / INDEX_FILE).write_bytes(b"garbage")
-    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    with caplog.at_level("WARNING", logger="langchain_memalign"):
+        loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert len(loaded.memory.index) == 2  # rebuilt from stored vectors
+    assert "damaged index cache" in caplog.text  # and said so
     (tmp_path / INDEX_FILE).unlink()
     loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert len(loaded.memory.index) == 2
