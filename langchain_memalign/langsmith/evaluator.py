@@ -231,6 +231,8 @@ def _in_langsmith_test() -> bool:
     The plugin's test-case context variable outlives its test (an unmarked test
     after a marked one still sees it), so the current trace must be the test's.
     """
+    # Private on purpose: langsmith has no public way to ask whether a
+    # @pytest.mark.langsmith test is running; openevals reads the same variable.
     try:
         from langsmith.testing._internal import _TEST_CASE
     except ImportError:  # pragma: no cover - another langsmith layout
