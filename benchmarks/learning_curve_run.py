@@ -20,7 +20,7 @@ from pathlib import Path
 from side_by_side import FILES, ROOT, build_models
 
 from langchain_memalign import MemAlignJudge
-from langchain_memalign.evaluation.datasets import dataset_spec, load_jsonl
+from shared_data import dataset_spec, load_jsonl
 from langchain_memalign.evaluation.learning_curve import StageResult, learning_curve
 
 

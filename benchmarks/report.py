@@ -18,7 +18,7 @@ from typing import Any
 from side_by_side import FILES, markdown, mlflow_report, plot
 
 from langchain_memalign import Scale
-from langchain_memalign.evaluation.datasets import dataset_spec, load_jsonl
+from shared_data import dataset_spec, load_jsonl
 
 
 def add_mlflow(ds: dict[str, Any], config: dict[str, Any], path: str) -> None:

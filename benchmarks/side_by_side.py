@@ -2,7 +2,7 @@
 
 One run, one model server, one embedding server. For every data set:
 
-1. load it with `langchain_memalign.evaluation.datasets.load_jsonl` (cases whose inputs + outputs
+1. load it with `benchmarks/shared_data.py`'s `load_jsonl` (cases whose inputs + outputs
    exceed --max-case-chars are skipped, so prompts fit a small local model), and split a
    stratified training pool (--n-train) and test set (--n-test) with --seed;
 2. judge the test set with
@@ -51,7 +51,7 @@ from langchain_memalign.evaluation.agreement import (
     agreement_report,
     evaluate_agreement,
 )
-from langchain_memalign.evaluation.datasets import DatasetSpec, dataset_spec, load_jsonl
+from shared_data import DatasetSpec, dataset_spec, load_jsonl
 from langchain_memalign.evaluation.learning_curve import split_train_test
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.graphs.prompts import judge_messages

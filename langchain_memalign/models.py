@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -78,11 +79,15 @@ def openai_compatible(
 
     With a `base_url` (llama.cpp, vLLM, a proxy), embeddings are sent as
     plain text: counting tokens would need a tokenizer download, which an
-    offline server cannot serve and other models do not share.
+    offline server cannot serve and other models do not share. A server with
+    no key given (here or in `OPENAI_API_KEY`) gets a placeholder key: local
+    servers accept any, and the OpenAI client refuses to start without one.
     """
     from langchain_openai import ChatOpenAI, OpenAIEmbeddings
     from pydantic import SecretStr
 
+    if api_key is None and (base_url or embeddings_base_url):
+        api_key = os.environ.get("OPENAI_API_KEY") or "not-needed"
     key = SecretStr(api_key) if api_key else None
     chat = ChatOpenAI(model=chat_model, base_url=base_url, api_key=key, temperature=temperature)
     emb_url = embeddings_base_url or base_url

@@ -62,11 +62,9 @@ def _first_error(e: ValidationError) -> str:
 def read_feedback(path: str, scale: Scale) -> list[Feedback]:
     """Feedback from a JSONL file, with file:line in every error.
 
-    A line is either `Feedback` JSON (`id`, `inputs`, `outputs`,
-    `reference_outputs`, `value`, `rationale`, `annotator`, `metadata`) or a
-    row of the shared data sets (`id`, `inputs`, `outputs`, `reference`,
-    `label`, `feedback`, `criterion`, `meta`). Values are checked against the
-    judge's scale; ids must be unique.
+    A line is `Feedback` JSON (`id`, `inputs`, `outputs`, `reference_outputs`,
+    `value`, `rationale`, `annotator`, `metadata`). Values are checked against
+    the judge's scale; ids must be unique.
     """
     items: list[Feedback] = []
     seen: dict[str, int] = {}
@@ -76,12 +74,6 @@ def read_feedback(path: str, scale: Scale) -> list[Feedback]:
                 fb = Feedback.model_validate(row)
                 value = scale.validate_value(fb.value, feedback_id=fb.id)
                 fb = fb.model_copy(update={"value": value})
-            elif "label" in row:
-                if "id" not in row:
-                    raise CLIError(f"{path}:{n}: missing 'id'")
-                from langchain_memalign.evaluation.datasets import row_to_feedback
-
-                fb = row_to_feedback(row, scale)
             else:
                 raise CLIError(
                     f"{path}:{n}: no 'value' (the human score); a feedback line needs "

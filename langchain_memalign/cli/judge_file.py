@@ -209,9 +209,14 @@ Reply: {outputs}
 model = "openai:gpt-4.1-mini"                   # any "provider:model" string
 embeddings = "openai:text-embedding-3-small"
 # reflection_model = "openai:gpt-4.1"           # distills guidelines (default: model)
-# base_url = "http://127.0.0.1:8013/v1"         # an OpenAI-compatible server
-# embeddings_base_url = "http://127.0.0.1:8012/v1"
 # api_key_env = "OPENAI_API_KEY"                # where the API key is read from
+
+# Or an OpenAI-compatible server (vLLM, llama.cpp, Ollama, a proxy), for example a
+# local one; name the models as the server does:
+# model = "my-chat-model"
+# embeddings = "my-embedding-model"
+# base_url = "http://localhost:8000/v1"
+# embeddings_base_url = "http://localhost:8001/v1"   # if embeddings are served apart
 
 memory = "memalign_memory/helpfulness"          # the memory folder, relative to this file
 k = 5                                           # past cases retrieved per judgment

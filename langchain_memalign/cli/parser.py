@@ -41,9 +41,10 @@ FEEDBACK_FORMAT = """\
 Feedback files are JSONL, one case a line:
   {"id": "t1", "inputs": "question", "outputs": "answer", "value": false,
    "rationale": "why the expert gave this score", "annotator": "ana"}
-`value` is the expert's score on the judge's scale; `reference_outputs`,
-`annotator` and `metadata` are optional. Rows of the shared data sets (`label`,
-`feedback`, `reference`, `criterion`, `meta`) are read as well.
+`id`, `inputs` and `value` (the expert's score on the judge's scale) are
+required; `outputs`, `reference_outputs`, `rationale`, `annotator` and
+`metadata` are optional. `rationale` is what guidelines are learned from.
+Files of cases to judge need only `inputs` (and usually `outputs`).
 """
 
 EPILOG = """\
@@ -126,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The `memalign` argument parser (all subcommands)."""
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="memalign", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt
+        prog="memalign",
+        description=DESCRIPTION,
+        epilog=FEEDBACK_FORMAT + "\n" + EPILOG,
+        formatter_class=fmt,
     )
     from langchain_memalign import __version__
 

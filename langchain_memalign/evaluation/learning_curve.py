@@ -12,15 +12,13 @@ dependency: `pip install "langchain-memalign[bench]"`).
 
 Example:
     ```python
-    from langchain_memalign.evaluation.datasets import load_jsonl, dataset_spec
     from langchain_memalign.evaluation.learning_curve import learning_curve
 
-    spec = dataset_spec("feedbackqa")
-    data = load_jsonl("feedbackqa.jsonl", limit=200)
+    data = [Feedback(...), ...]  # labelled cases, with rationales
     curve = learning_curve(
-        lambda: MemAlignJudge(name="quality", instructions=spec.instructions,
-                              model=llm, embeddings=emb, scale=spec.scale),
-        data, n_train=50, n_test=50, seeds=(0, 1, 2), ordinal=spec.ordinal,
+        lambda: MemAlignJudge("quality", instructions, model=llm, embeddings=emb,
+                              scale=["Excellent", "Acceptable", "Bad"]),
+        data, n_train=50, n_test=50, seeds=(0, 1, 2), ordinal=True,
     )
     curve.save("curve.json"); curve.plot("curve.png")
     ```

@@ -147,6 +147,7 @@ def test_help_teaches_the_workflow(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "Workflow:" in out and "memalign align -c judge.toml train.jsonl" in out
+    assert "Feedback files are JSONL" in out and '"value": false' in out  # the format
     for command in ("create", "align", "judge", "evaluate", "unalign", "show", "curve"):
         assert command in out
 
@@ -238,18 +239,6 @@ def test_align_in_batches_with_a_progress_bar(env: Env) -> None:
     code, out, err = env.run("align", env.feedback, "--batch-size", "2", "--progress")
     assert code == EXIT_OK and "3 added" in out
     assert "aligning [" in err and "3/3 100%" in err
-
-
-def test_align_reads_the_shared_dataset_format(env: Env) -> None:
-    env.created()
-    rows = [
-        {"id": "d1", "inputs": {"q": "hi"}, "outputs": "hello", "label": "PASS",
-         "feedback": "Friendly.", "reference": None},
-    ]  # fmt: skip
-    path = write_jsonl(env.tmp / "shared.jsonl", rows)
-    code, out, _ = env.run("align", path)
-    assert code == EXIT_OK and "1 added" in out
-    assert memory_summary(env.tmp / "mem")["guidelines"][0]["source_ids"] == ["d1"]
 
 
 @pytest.mark.parametrize(

@@ -85,3 +85,17 @@ def test_model_strings_resolve_through_langchain(monkeypatch: pytest.MonkeyPatch
         assert isinstance(emb, OpenAIEmbeddings) and emb.model == "text-embedding-3-small"
     with pytest.raises(ValueError, match="nosuchprovider"):
         resolve_chat_model("nosuchprovider:model")
+
+
+def test_a_server_without_an_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OPENAI_BASE_URL set, no key: local servers take any key, the client needs one.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def reply(body: dict[str, Any]) -> str:
+        return json.dumps({"rationale": "Fine.", "score": True})
+
+    with OpenAICompatibleServer(reply) as server:
+        model, embeddings = openai_compatible("local", "minilm", base_url=server.url)
+        judge = MemAlignJudge("h", "{inputs} -> {outputs}", model, embeddings)
+        assert judge.invoke({"inputs": "q", "outputs": "a"})["score"] is True
+    assert model.openai_api_key is not None  # a placeholder was sent
