@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo
@@ -21,9 +20,6 @@ from langchain_memalign.errors import (
     MemoryFormatError,
     UnknownFeedbackError,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def main(argv: Sequence[str] | None = None, *, models: ModelFactory | None = None) -> int:
@@ -43,11 +39,13 @@ def main(argv: Sequence[str] | None = None, *, models: ModelFactory | None = Non
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    ctx: Context | None = None
     try:
         factory = models
         if factory is None and getattr(args, "models", None):
             factory = factory_from_spec(args.models)
-        code: int = args.func(Context(args, factory))
+        ctx = Context(args, factory)
+        code: int = args.func(ctx)
         return code
     except CLIError as e:
         echo(f"memalign: error: {e}", file=sys.stderr)
@@ -61,8 +59,9 @@ def main(argv: Sequence[str] | None = None, *, models: ModelFactory | None = Non
     except Exception as e:
         if args.debug:
             raise
+        what = ctx.explain(e) if ctx is not None else f"{type(e).__name__}: {e}"
         echo(
-            f"memalign: error: {type(e).__name__}: {e}\n(run again with --debug for a traceback)",
+            f"memalign: error: {what}\n(run again with --debug for a traceback)",
             file=sys.stderr,
         )
         return EXIT_FAILED

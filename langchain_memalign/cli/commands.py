@@ -212,37 +212,46 @@ def cmd_judge(ctx: Context) -> int:
     else:
         raise CLIError("give a case to judge: --inputs TEXT [--outputs TEXT], or a JSONL file")
     judge = ctx.judge()
-    failed = 0
+    rows: list[dict[str, Any]] = []
     out: IO[str] = sys.stdout
     try:
         results = _judge_cases(ctx, judge, [c for _, c in cases], "judging")
-        if args.output:
-            out = open(args.output, "w", encoding="utf-8")  # noqa: SIM115
         for (cid, _), res in zip(cases, results, strict=True):
             if isinstance(res, BaseException):
-                failed += 1
-                row: dict[str, Any] = {"id": cid, "error": f"{type(res).__name__}: {res}"}
+                rows.append({"id": cid, "error": ctx.explain(res)})
             else:
-                row = {"id": cid, **res}
-            out.write(to_json(row) + "\n")
+                rows.append({"id": cid, **res})
+        if args.output:
+            out = open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+        if args.output or not args.json:
+            out.writelines(to_json(row) + "\n" for row in rows)
     except OSError as e:
         raise CLIError(f"cannot write {args.output}: {e}") from e
     finally:
         if out is not sys.stdout:
             out.close()
         judge.close()
-    if len(cases) > 1 or args.output:
-        scores = [label_of(r) for r in results if isinstance(r, dict)]
-        counts = {str(s): scores.count(s) for s in dict.fromkeys(scores)}
-        summary = ", ".join(f"{k}: {v}" for k, v in counts.items())
+    failed = sum("error" in r for r in rows)
+    scores = [label_of(r) for r in results if isinstance(r, dict)]
+    counts = {str(s): scores.count(s) for s in dict.fromkeys(scores)}
+    if args.json:
+        summary: dict[str, Any] = {"n": len(cases), "scores": counts, "failed": failed}
+        if args.output:
+            summary["output"] = args.output
+        else:
+            summary["results"] = rows
+        echo(to_json(summary))
+    elif len(cases) > 1 or args.output:
+        summary_text = ", ".join(f"{k}: {v}" for k, v in counts.items())
         where = f" to {args.output}" if args.output else ""
         echo(
-            f"Judged {len(cases)} case(s){where}; scores {summary or 'none'}; {failed} failed.",
+            f"Judged {len(cases)} case(s){where}; scores {summary_text or 'none'}; "
+            f"{failed} failed.",
             file=sys.stderr,
         )
     if failed:
         first = next(r for r in results if isinstance(r, BaseException))
-        echo(f"memalign: {failed} judgment(s) failed, e.g.: {first}", file=sys.stderr)
+        echo(f"memalign: {failed} judgment(s) failed, e.g.: {ctx.explain(first)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from langchain_memalign.cli.judge_file import CLIError, JudgeFile, ModelFactory, build_models
+from langchain_memalign.cli.judge_file import (
+    CLIError,
+    JudgeFile,
+    ModelFactory,
+    Models,
+    build_models,
+)
 from langchain_memalign.cli.progress import Progress
 from langchain_memalign.errors import (
     EmbeddingMismatchError,
@@ -14,9 +21,6 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.memory.store import DB_FILE
-
-if TYPE_CHECKING:
-    pass
 
 
 class Context:
@@ -26,6 +30,7 @@ class Context:
         self.args = args
         self.factory = factory
         self._cfg: JudgeFile | None = None
+        self._models: Models | None = None
 
     @property
     def cfg(self) -> JudgeFile:
@@ -53,7 +58,7 @@ class Context:
                 f"no judge memory at {folder}; create it first: "
                 f"memalign create -c {self.args.config}"
             )
-        models = build_models(cfg, self.factory)
+        models = self._models = build_models(cfg, self.factory)
         try:
             return MemAlignJudge(
                 name=cfg.name,
@@ -67,3 +72,52 @@ class Context:
             )
         except (MemoryFormatError, EmbeddingMismatchError) as e:
             raise CLIError(str(e)) from e
+
+    def explain(self, error: BaseException) -> str:
+        """`error` as one line; a connection failure names the servers it tried."""
+        text = f"{type(error).__name__}: {error}"
+        if is_connection_error(error):
+            text += f" ({self.servers()})"
+        return text
+
+    def servers(self) -> str:
+        """Where the judge's models are served, for error messages."""
+        models = self._models
+        if models is None:
+            return "the models were not built"
+        chat, emb = endpoint(models.chat), endpoint(models.embeddings)
+        if chat == emb:
+            return f"model server: {chat}"
+        return f"chat model at {chat}, embeddings at {emb}"
+
+
+_CONNECTION_ERRORS = {
+    "APIConnectionError",
+    "APITimeoutError",
+    "ConnectError",
+    "ConnectTimeout",
+    "OpenAIConnectionError",
+}
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) is a failure to reach a server."""
+    seen: BaseException | None = error
+    for _ in range(5):  # the cause chain, not forever
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionError) or type(seen).__name__ in _CONNECTION_ERRORS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def endpoint(model: Any) -> str:
+    """The URL a model sends its requests to, as far as it says."""
+    for attr in ("openai_api_base", "base_url", "api_base", "endpoint"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    if type(model).__module__.startswith("langchain_openai"):
+        return os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+    return f"{type(model).__name__} (its default endpoint)"

@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from typing import IO, TYPE_CHECKING, Any, TextIO
+from typing import IO, Any, TextIO
 
 from pydantic import ValidationError
 
@@ -17,10 +17,6 @@ from langchain_memalign.errors import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import Scale
-
-if TYPE_CHECKING:
-    pass
-
 
 # -- input files -------------------------------------------------------------------------------
 

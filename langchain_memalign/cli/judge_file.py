@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -21,10 +21,6 @@ from langchain_memalign.models import (
     resolve_embeddings,
 )
 from langchain_memalign.scale import Scale
-
-if TYPE_CHECKING:
-    pass
-
 
 EXIT_OK = 0
 """Everything succeeded."""

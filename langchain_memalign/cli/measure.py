@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from langchain_memalign.cli.commands import _judge_cases
 from langchain_memalign.cli.context import Context
@@ -14,9 +13,6 @@ from langchain_memalign.cli.judge_file import EXIT_FAILED, EXIT_OK, CLIError, bu
 from langchain_memalign.cli.progress import ascii_curve
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
-
-if TYPE_CHECKING:
-    pass
 
 
 def cmd_evaluate(ctx: Context) -> int:

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
 
 from langchain_memalign.cli.commands import cmd_align, cmd_create, cmd_judge, cmd_unalign
 from langchain_memalign.cli.judge_file import DEFAULT_CONFIG
 from langchain_memalign.cli.measure import cmd_curve, cmd_evaluate
 from langchain_memalign.cli.show import cmd_show
-
-if TYPE_CHECKING:
-    pass
-
 
 # -- the parser --------------------------------------------------------------------------------
 
@@ -224,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="parse --inputs/--outputs/--reference as JSON instead of text",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write the results here")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON document {"n", "scores", "failed", "results"} instead of '
+        "JSON lines (with --output: the results go to the file, the rest to stdout)",
+    )
     _work_options(p)
     _common(p)
     p.set_defaults(func=cmd_judge)

@@ -5,11 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
-
-if TYPE_CHECKING:
-    pass
-
+from typing import TextIO
 
 # -- progress ----------------------------------------------------------------------------------
 

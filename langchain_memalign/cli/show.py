@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo, shorten
@@ -13,9 +13,6 @@ from langchain_memalign.errors import (
     MemoryFormatError,
 )
 from langchain_memalign.memory.store import MemoryStore
-
-if TYPE_CHECKING:
-    pass
 
 
 def memory_summary(

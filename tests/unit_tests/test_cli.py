@@ -403,6 +403,20 @@ def test_judge_a_file_to_an_output_file(env: Env) -> None:
     assert "Judged 4 case(s)" in err and "True: 2, False: 2" in err
 
 
+def test_judge_json_is_one_document(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    code, out, err = env.run("judge", env.test, "--json")
+    assert code == EXIT_OK and err == ""
+    doc = json.loads(out)  # one document, not lines
+    assert (doc["n"], doc["scores"], doc["failed"]) == (4, {"True": 2, "False": 2}, 0)
+    assert [r["id"] for r in doc["results"]] == ["t1", "t2", "t3", "t4"]
+    out_path = env.tmp / "results.jsonl"
+    code, out, _ = env.run("judge", env.test, "--json", "-o", str(out_path))
+    assert json.loads(out)["output"] == str(out_path)
+    assert "results" not in json.loads(out) and len(out_path.read_text().splitlines()) == 4
+
+
 def test_judge_needs_a_case(env: Env) -> None:
     env.created()
     assert "give a case to judge" in env.run("judge")[2]
@@ -421,6 +435,27 @@ def test_failed_judgments_are_reported_per_case(env: Env) -> None:
     assert code == EXIT_FAILED
     assert rows[1] == {"id": "t2", "error": "RuntimeError: model down"}
     assert rows[0]["score"] is True and "1 judgment(s) failed" in err
+
+
+def test_a_server_that_cannot_be_reached_is_named(env: Env) -> None:
+    import socket
+
+    from langchain_openai import ChatOpenAI
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+
+    def offline(cfg: JudgeFile) -> Models:
+        return Models(ChatOpenAI(model="m", base_url=url, api_key="k", max_retries=0),
+                      env.embeddings)  # fmt: skip
+
+    assert env.run("create", models=offline)[0] == EXIT_OK
+    code, out, err = env.run("judge", "--inputs", "hi", "--outputs", "hello", models=offline)
+    assert code == EXIT_FAILED
+    assert f"chat model at {url}" in json.loads(out)["error"]
+    assert f"ConnectionError: Connection error. (chat model at {url}" in err
 
 
 # -- evaluate ----------------------------------------------------------------------------------
