@@ -17,7 +17,7 @@ from langchain_memalign.judge import MemAlignJudge
 
 def cmd_evaluate(ctx: Context) -> int:
     """Measure the judge's agreement with human labels in a JSONL file."""
-    from langchain_memalign.evaluation.agreement import agreement_report
+    from langchain_memalign.evaluation.agreement import agreement_report, embedding_usage
     from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 
     args = ctx.args
@@ -32,6 +32,7 @@ def cmd_evaluate(ctx: Context) -> int:
             for f in feedback
         ]
         counter = UsageCallbackHandler()
+        embedded = embedding_usage(judge)
         results = _judge_cases(ctx, judge, cases, "evaluating", with_callback(None, counter))
         report = agreement_report(
             feedback,
@@ -39,7 +40,7 @@ def cmd_evaluate(ctx: Context) -> int:
             judge.scale,
             name=ctx.cfg.name,
             ordinal=True if args.ordinal else None,
-            usage=counter.usage(),
+            usage=counter.usage() + embedding_usage(judge, since=embedded),
             seconds=time.perf_counter() - started,
         )
     finally:

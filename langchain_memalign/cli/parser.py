@@ -78,7 +78,8 @@ def _common(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="draw progress bars on stderr (default: when stderr is a terminal)",
+        help="draw progress bars on stderr (default: a bar on a terminal; elsewhere a "
+        "line every 10 s while work runs)",
     )
     g.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -11,20 +12,41 @@ from typing import TextIO
 
 
 class Progress:
-    """A one-line progress bar on stderr: `label [#####.....] 12/40 30% 0:05`.
+    """Progress on stderr, for terminals and logs alike.
 
-    Drawn only when enabled (by default: when the stream is a terminal).
+    On a terminal, a one-line bar redrawn in place: `label [#####.....] 12/40 30% 0:05`.
+    Elsewhere (a log file, a CI job), a plain line every `interval` seconds while
+    work runs, `label: 12/40 (30%) 0:50`, so a long step shows it is alive,
+    and a last line at the end if any was written. `enabled=True` forces the
+    bar, `False` silences both.
     """
 
     def __init__(
-        self, total: int, label: str, *, enabled: bool | None = None, stream: TextIO | None = None
+        self,
+        total: int,
+        label: str,
+        *,
+        enabled: bool | None = None,
+        stream: TextIO | None = None,
+        interval: float = 10.0,
     ) -> None:
         self.total = max(total, 0)
         self.label = label
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        tty = self.stream.isatty()
+        self.enabled = tty if enabled is None else enabled
+        # Lines for logs: only when nobody chose, and no terminal to draw on.
+        self.lines = enabled is None and not tty
         self.done = 0
         self.started = time.monotonic()
+        self._wrote_line = False
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if self.lines:
+            self._ticker = threading.Thread(
+                target=self._tick, args=(interval,), name="memalign-progress", daemon=True
+            )
+            self._ticker.start()
         self._draw()
 
     def advance(self, n: int = 1) -> None:
@@ -32,22 +54,43 @@ class Progress:
         self.done = min(self.total, self.done + n)
         self._draw()
 
+    def _elapsed(self) -> str:
+        secs = int(time.monotonic() - self.started)
+        return f"{secs // 60}:{secs % 60:02d}"
+
+    def _pct(self) -> int:
+        return 100 * self.done // self.total if self.total else 100
+
+    def _tick(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._line()
+
+    def _line(self) -> None:
+        self.stream.write(
+            f"{self.label}: {self.done}/{self.total} ({self._pct()}%) {self._elapsed()}\n"
+        )
+        self.stream.flush()
+        self._wrote_line = True
+
     def _draw(self, end: str = "") -> None:
         if not self.enabled:
             return
         width = 30
         filled = width * self.done // self.total if self.total else width
-        pct = 100 * self.done // self.total if self.total else 100
-        secs = int(time.monotonic() - self.started)
         bar = "#" * filled + "." * (width - filled)
         self.stream.write(
-            f"\r{self.label} [{bar}] {self.done}/{self.total} {pct}% {secs // 60}:{secs % 60:02d}"
+            f"\r{self.label} [{bar}] {self.done}/{self.total} {self._pct()}% {self._elapsed()}"
             + end
         )
         self.stream.flush()
 
     def close(self) -> None:
-        """Finish the line."""
+        """Finish: end the bar's line, or write the last log line."""
+        if self._ticker is not None:
+            self._stop.set()
+            self._ticker.join()
+            if self._wrote_line:
+                self._line()
         self._draw(end="\n")
 
     def __enter__(self) -> Progress:

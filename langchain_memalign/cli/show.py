@@ -34,6 +34,7 @@ def memory_summary(
             "folder": str(folder),
             "config": store.get_meta("config"),
             "embeddings": store.get_meta("embeddings"),
+            "embedding_model": embedding_model(store.get_meta("embeddings")),
             "counts": counts,
             "pending_reflection": store.pending_reflection(),
             "guidelines": [
@@ -71,7 +72,8 @@ def cmd_show(ctx: Context) -> int:
     cfg, counts = info["config"] or {}, info["counts"]
     scale = cfg.get("scale") or {}
     echo(f"Judge {cfg.get('name')!r} in {folder}")
-    echo(f"  scale: {_describe_scale(scale)}; k={cfg.get('k')}; embeddings: {info['embeddings']}")
+    embeddings = info["embedding_model"]
+    echo(f"  scale: {_describe_scale(scale)}; k={cfg.get('k')}; embeddings: {embeddings}")
     pending = info["pending_reflection"]
     echo(
         f"  {counts['feedback']} feedback, {counts['episodes']} episodes, "
@@ -105,3 +107,19 @@ def _describe_scale(scale: dict[str, Any]) -> str:
     if kind in ("categorical", "pairwise"):
         return f"{kind} ({', '.join(scale.get('choices') or [])})"
     return str(kind)
+
+
+def embedding_model(fingerprint: str | None) -> str | None:
+    """The embedding model a memory was built with, from its stored fingerprint.
+
+    The fingerprint lists the class and every model-like attribute
+    (`langchain_openai.OpenAIEmbeddings;model=minilm;deployment=...`); the
+    model is its `model` (or `model_name`, `model_id`), not a default
+    `deployment` the client never sends.
+    """
+    if not fingerprint:
+        return None
+    cls, *parts = fingerprint.split(";")
+    attrs = dict(p.split("=", 1) for p in parts if "=" in p)
+    name = attrs.get("model") or attrs.get("model_name") or attrs.get("model_id")
+    return f"{name} ({cls})" if name else cls

@@ -182,6 +182,7 @@ class AgreementReport(BaseModel):
             "mae": self.mae,
             "llm_calls": self.usage.llm_calls,
             "total_tokens": self.usage.total_tokens,
+            "embedding_calls": self.usage.embedding_calls,
             "seconds": round(self.seconds, 3),
         }
 
@@ -405,6 +406,7 @@ def evaluate_agreement(
     """
     items, cases, spec, cfg, counter = _prepare(judge, feedback, config, scale, max_concurrency)
     started = time.perf_counter()
+    embedded = embedding_usage(judge)
     results = judge.batch(cases, cfg, return_exceptions=True) if cases else []
     return agreement_report(
         items,
@@ -412,7 +414,7 @@ def evaluate_agreement(
         spec,
         name=str(getattr(judge, "name", None) or "judge"),
         ordinal=ordinal,
-        usage=counter.usage(),
+        usage=counter.usage() + embedding_usage(judge, since=embedded),
         seconds=time.perf_counter() - started,
     )
 
@@ -429,6 +431,7 @@ async def aevaluate_agreement(
     """Async twin of `evaluate_agreement` (judges with `judge.abatch`)."""
     items, cases, spec, cfg, counter = _prepare(judge, feedback, config, scale, max_concurrency)
     started = time.perf_counter()
+    embedded = embedding_usage(judge)
     results = await judge.abatch(cases, cfg, return_exceptions=True) if cases else []
     return agreement_report(
         items,
@@ -436,6 +439,22 @@ async def aevaluate_agreement(
         spec,
         name=str(getattr(judge, "name", None) or "judge"),
         ordinal=ordinal,
-        usage=counter.usage(),
+        usage=counter.usage() + embedding_usage(judge, since=embedded),
         seconds=time.perf_counter() - started,
+    )
+
+
+def embedding_usage(judge: Any, *, since: Usage | None = None) -> Usage:
+    """The embedding calls of a judge's memory (since an earlier reading), else none.
+
+    Embedding models report no LangChain callbacks, so a `MemAlignJudge`'s
+    memory counts them; other judges count as making none.
+    """
+    read = getattr(getattr(judge, "memory", None), "embedding_usage", None)
+    now = read() if callable(read) else Usage()
+    if since is None:
+        return Usage(embedding_calls=now.embedding_calls, embedded_texts=now.embedded_texts)
+    return Usage(
+        embedding_calls=now.embedding_calls - since.embedding_calls,
+        embedded_texts=now.embedded_texts - since.embedded_texts,
     )

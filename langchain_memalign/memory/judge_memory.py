@@ -42,6 +42,11 @@ class JudgeMemory:
         self.index = EpisodicIndex(**self._index_options())
         self._guidelines: tuple[Guideline, ...] = ()
         self._guideline_vectors: np.ndarray | None = None
+        # Every embedding call of this memory, for callers that report costs
+        # (embedding models have no LangChain callbacks to count them with).
+        self._embedding_lock = threading.Lock()
+        self._embedding_calls = 0
+        self._embedded_texts = 0
 
     # -- opening -------------------------------------------------------------------
 
@@ -163,11 +168,18 @@ class JudgeMemory:
         self._count(usage, len(texts))
         return as_matrix(vectors)
 
-    @staticmethod
-    def _count(usage: Usage | None, n: int) -> None:
+    def _count(self, usage: Usage | None, n: int) -> None:
+        with self._embedding_lock:
+            self._embedding_calls += 1
+            self._embedded_texts += n
         if usage is not None:
             usage.embedding_calls += 1
             usage.embedded_texts += n
+
+    def embedding_usage(self) -> Usage:
+        """Embedding calls and texts embedded by this memory so far (all threads)."""
+        with self._embedding_lock:
+            return Usage(embedding_calls=self._embedding_calls, embedded_texts=self._embedded_texts)
 
     @staticmethod
     def text_hash(text: str) -> str:

@@ -6,6 +6,7 @@ import io
 import json
 import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -467,10 +468,12 @@ def test_evaluate_before_and_after_alignment(env: Env) -> None:
     assert code == EXIT_OK and "accuracy        75.0%" in out
     assert "disagreements (1, first 5)" in out and "t3: human False, judge True" in out
     assert "human: Cold." in out
+    assert "0 embedding call(s)" in out  # an empty memory: nothing to retrieve, no embedding
     env.run("align", env.feedback)
     code, out, _ = env.run("evaluate", env.test, "--json")
     summary = json.loads(out)
     assert summary["accuracy"] == 1.0 and summary["n"] == 4 and summary["llm_calls"] == 4
+    assert summary["embedding_calls"] == 1  # the 4 cases, embedded in one batch call
 
 
 def test_evaluate_writes_the_full_report(env: Env) -> None:
@@ -726,7 +729,7 @@ class Tty(io.StringIO):
         return True
 
 
-def test_progress_bar_draws_on_a_terminal_only() -> None:
+def test_progress_bar_draws_on_a_terminal() -> None:
     tty = Tty()
     with Progress(4, "work", stream=tty) as bar:
         bar.advance(2)
@@ -734,13 +737,28 @@ def test_progress_bar_draws_on_a_terminal_only() -> None:
     text = tty.getvalue()
     assert "work [###############...............] 2/4 50%" in text
     assert text.endswith("4/4 100% 0:00\n")
-    quiet = io.StringIO()
-    with Progress(4, "work", stream=quiet) as bar:
+    quick = io.StringIO()  # not a terminal, and done within the interval: nothing to say
+    with Progress(4, "work", stream=quick) as bar:
         bar.advance()
-    assert quiet.getvalue() == ""
+    assert quick.getvalue() == ""
+    off = Tty()
+    with Progress(4, "work", stream=off, enabled=False) as bar:
+        bar.advance()
+    assert off.getvalue() == ""
     empty = Tty()
     Progress(0, "none", stream=empty).close()
     assert "0/0 100%" in empty.getvalue()
+
+
+def test_progress_in_a_log_is_a_line_now_and_then() -> None:
+    log = io.StringIO()
+    with Progress(4, "aligning", stream=log, interval=0.05) as bar:
+        bar.advance()
+        time.sleep(0.2)  # a long step: the log hears from it meanwhile
+    lines = log.getvalue().splitlines()
+    assert len(lines) >= 2 and "\r" not in log.getvalue()
+    assert lines[0].startswith("aligning: 1/4 (25%) 0:00")
+    assert lines[-1].startswith("aligning: 1/4 (25%)")  # the last word, at close
 
 
 # -- the docs stay in step with the parser -----------------------------------------------------
@@ -778,3 +796,15 @@ def test_cli_reference_documents_every_command_and_option() -> None:
         body = section(f"`memalign {command}`")
         missing = sorted(o for o in options if f"`{o}" not in body)
         assert not missing, f"docs/cli.md: {command} does not document {missing}"
+
+
+def test_show_names_the_embedding_model_in_use() -> None:
+    from langchain_memalign.cli.show import embedding_model
+    from langchain_memalign.models import embeddings_fingerprint, openai_compatible
+
+    _, emb = openai_compatible("local", "minilm", base_url="http://localhost:8000/v1")
+    fingerprint = embeddings_fingerprint(emb)
+    assert "text-embedding-ada-002" in fingerprint  # the client's unused default deployment
+    assert embedding_model(fingerprint) == "minilm (langchain_openai.OpenAIEmbeddings)"
+    assert embedding_model("fakes.HashEmbeddings") == "fakes.HashEmbeddings"
+    assert embedding_model(None) is None

@@ -293,6 +293,9 @@ def test_judge_evaluate_reports_agreement_without_aligning(make_judge: Any) -> N
     assert rep.accuracy == pytest.approx(1 / 3)
     assert {d.id for d in rep.disagreements} == {"sweater", "rude"}
     assert judge.feedback_ids == [] and judge.guidelines == []  # graded, not learned
+    judge.align([HOURS])  # now there is a past case to retrieve: each case is embedded
+    rep = judge.agreement([SWEATER, RUDE])
+    assert (rep.usage.embedding_calls, rep.usage.embedded_texts) == (1, 2)
 
 
 async def test_judge_aevaluate_matches_evaluate(make_judge: Any, model: ScriptedChatModel) -> None:
