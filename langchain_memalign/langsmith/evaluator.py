@@ -326,7 +326,7 @@ def uncertainty(judge: MemAlignJudge, result: JudgeResult) -> float:
     similar past case is maximally unsure (1.0).
     """
     ids = list((result.get("metadata") or {}).get("episode_ids") or [])
-    stored = judge.memory.store.get_feedback(ids) if ids else {}
+    stored = judge.memory.feedback(ids) if ids else {}
     pairs = [(1.0 / (rank + 1), stored[i].value) for rank, i in enumerate(ids) if i in stored]
     if not pairs:
         return 1.0

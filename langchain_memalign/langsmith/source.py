@@ -454,7 +454,7 @@ class LangSmithFeedbackSource:
         key = self.key or judge.config.name
         if self.scale is not None and self.scale != judge.scale:
             raise ValueError(f"source scale {self.scale.kind} differs from the judge's")
-        store = judge.memory.store
+        memory = judge.memory
         with judge.memory.integration_state(self.state_key(judge)) as saved:
             state: dict[str, Any] = saved.get() or {}
             if state.get("version") != _STATE_VERSION:
@@ -468,7 +468,7 @@ class LangSmithFeedbackSource:
             candidate_ids = [r.feedback_id for r in reviews] + [
                 e["id"] for e in entries.values() if e.get("id")
             ]
-            stored = store.feedback_state(candidate_ids)
+            stored = memory.stored_ids(candidate_ids)
 
             # 1. what is gone from LangSmith, or no longer kept, leaves the memory
             remove: list[str] = []
@@ -521,7 +521,7 @@ class LangSmithFeedbackSource:
                 state["cursor"] = max(stamps) if stamps else None
                 saved.set(state)
             saved.set(state)
-            if not reports and store.pending_reflection():
+            if not reports and memory.pending_ids():
                 # An earlier sync stored feedback whose reflection failed: retry it now,
                 # even though LangSmith has nothing new.
                 reports.append(judge.align([], raise_on_failure=False))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
+from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
 from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, write_atomic
@@ -229,6 +230,18 @@ class JudgeMemory:
                 )
             )  # fmt: skip
         return episodes
+
+    def stored_ids(self, ids: Iterable[str]) -> set[str]:
+        """Which of `ids` are stored feedback."""
+        return set(self.store.feedback_state(ids))
+
+    def feedback(self, ids: Iterable[str]) -> dict[str, Feedback]:
+        """The stored feedback among `ids`, by id (unknown ids are left out)."""
+        return self.store.get_feedback(ids)
+
+    def pending_ids(self) -> list[str]:
+        """Stored feedback whose reflection failed; the next `align` retries it."""
+        return self.store.pending_reflection()
 
     # -- integrations' own state ---------------------------------------------------------
 
