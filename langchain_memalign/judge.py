@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -23,11 +23,6 @@ from langchain_memalign.errors import (
     ReflectionError,
     UnknownFeedbackError,
 )
-from langchain_memalign.evaluation.agreement import (
-    AgreementReport,
-    aevaluate_agreement,
-    evaluate_agreement,
-)
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
 from langchain_memalign.graphs.cases import PrepareCases, TakeResult
@@ -38,6 +33,9 @@ from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
 from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale, ScaleSpec
+
+if TYPE_CHECKING:  # the judge does not depend on the evaluation toolkit to load
+    from langchain_memalign.evaluation.agreement import AgreementReport
 
 
 class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
@@ -308,6 +306,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 defaults to True for numeric scales only.
             max_concurrency: Parallel judgments.
         """
+        from langchain_memalign.evaluation.agreement import evaluate_agreement
+
         return evaluate_agreement(
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
@@ -321,6 +321,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         max_concurrency: int | None = None,
     ) -> AgreementReport:
         """Async twin of `agreement`."""
+        from langchain_memalign.evaluation.agreement import aevaluate_agreement
+
         return await aevaluate_agreement(
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )

@@ -84,3 +84,20 @@ def test_judge_options_are_keyword_only_with_the_config_defaults() -> None:
             continue
         assert params[field].kind is inspect.Parameter.KEYWORD_ONLY, field
         assert params[field].default == info.default, field
+
+
+def test_the_core_loads_without_the_toolkits() -> None:
+    # The judge needs neither the evaluation toolkit, the CLI, LangSmith's
+    # integration nor matplotlib to load (they are imported when used).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, langchain_memalign; "
+        "print(sorted(m for m in sys.modules if m.startswith(("
+        "'langchain_memalign.evaluation', 'langchain_memalign.cli', "
+        "'langchain_memalign.langsmith', 'matplotlib'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
