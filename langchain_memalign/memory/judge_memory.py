@@ -22,9 +22,10 @@ from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
-from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, write_atomic
+from langchain_memalign.memory.store import INDEX_FILE, MemoryStore
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
 
