@@ -22,6 +22,7 @@ Undefined metrics are `None` in the report.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,8 @@ __all__ = [
     "embedding_usage",
     "evaluate_agreement",
 ]
+
+logger = logging.getLogger(__name__)
 
 ANNOTATOR_LABELS_KEY = "annotator_labels"
 """`Feedback.metadata` key holding the individual annotators' labels of a case."""
@@ -115,7 +118,7 @@ def _annotator_labels(fb: Feedback, scale: Scale) -> list[Any]:
         try:
             out.append(scale.validate_value(v))
         except ValueError:
-            continue
+            logger.info("feedback %r: annotator label %r is off the scale; left out", fb.id, v)
     return out
 
 
