@@ -45,7 +45,8 @@ def resolve_embeddings(spec: str | Embeddings) -> Embeddings:
         )
     from langchain.embeddings import init_embeddings
 
-    return init_embeddings(_with_provider(spec))
+    embeddings: Embeddings = init_embeddings(_with_provider(spec))
+    return embeddings
 
 
 _MODEL_ATTRS = ("model", "model_name", "model_id", "deployment", "size", "dimensions")
