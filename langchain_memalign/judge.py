@@ -164,6 +164,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         path: str | os.PathLike[str],
         model: str | BaseChatModel,
         embeddings: str | Embeddings,
+        *,
         reflection_model: str | BaseChatModel | None = None,
         rate_limiter: BaseRateLimiter | None = None,
         **overrides: Any,
