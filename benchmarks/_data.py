@@ -1,7 +1,7 @@
 """The one place the benchmarks import the data-set loaders from.
 
-`langchain_memalign.evaluation.datasets` may move into `benchmarks/`; then only the import
-below changes. Also: the shared data files by data set name, and the scenario folders
+The data-set specs and loader live in `benchmarks/shared_data.py` (benchmark material, not
+library code). Also: the shared data files by data set name, and the scenario folders
 (`../shared/scenarios/<name>`: train.jsonl with rationales, test.jsonl) as data sets.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_memalign import Feedback, Scale
-from langchain_memalign.evaluation.datasets import DatasetSpec, dataset_spec, load_jsonl
+from shared_data import DatasetSpec, dataset_spec, load_jsonl
 
 __all__ = [
     "FILES",

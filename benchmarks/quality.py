@@ -72,13 +72,12 @@ from side_by_side import FewShotJudge, build_models, mlflow_instructions, mlflow
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     AgreementReport,
-    UsageCallbackHandler,
     agreement_report,
     evaluate_agreement,
-    with_callback,
 )
+from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.reports import Usage
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 
 One run, one model server, one embedding server. For every data set:
 
-1. load it with `langchain_memalign.evaluation.datasets.load_jsonl` (cases whose inputs + outputs
+1. load it with `benchmarks/shared_data.py`'s `load_jsonl` (cases whose inputs + outputs
    exceed --max-case-chars are skipped, so prompts fit a small local model), and split a
    stratified training pool (--n-train) and test set (--n-test) with --seed;
 2. judge the test set with
@@ -47,17 +47,16 @@ from pydantic import SecretStr
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge, Scale
-from langchain_memalign.memory.episodic import Episode
-from langchain_memalign.evaluation.learning_curve import split_train_test
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     AgreementReport,
-    UsageCallbackHandler,
     agreement_report,
     evaluate_agreement,
-    with_callback,
 )
+from langchain_memalign.evaluation.learning_curve import split_train_test
+from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.graphs.prompts import judge_messages
 from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.memory.episodic import Episode
 
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_DIR = ROOT / "benchmarks" / "mlflow_baseline"

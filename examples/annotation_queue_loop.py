@@ -14,9 +14,10 @@ By default it starts the local LangSmith test server of this repository
 `--langsmith` it uses the LangSmith configured in the environment
 (`LANGSMITH_API_KEY`, `LANGSMITH_ENDPOINT`). Models as in the quickstart:
 
-    OPENAI_BASE_URL=http://127.0.0.1:8013/v1 OPENAI_API_KEY=local \\
-      MEMALIGN_EMBEDDINGS_BASE_URL=http://127.0.0.1:8012/v1 \\
-      python examples/annotation_queue_loop.py --chat-model local --embedding-model minilm
+    OPENAI_BASE_URL=http://localhost:8000/v1 \\
+      MEMALIGN_EMBEDDINGS_BASE_URL=http://localhost:8001/v1 \\
+      python examples/annotation_queue_loop.py \\
+        --chat-model my-chat-model --embedding-model my-embedding-model
 """
 
 from __future__ import annotations

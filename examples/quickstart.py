@@ -10,9 +10,9 @@ gone, and finally saves and reloads the judge.
 Run it on any OpenAI-compatible model:
 
     OPENAI_API_KEY=sk-...  python examples/quickstart.py
-    OPENAI_BASE_URL=http://127.0.0.1:8013/v1 OPENAI_API_KEY=local \\
-      MEMALIGN_EMBEDDINGS_BASE_URL=http://127.0.0.1:8012/v1 \\
-      python examples/quickstart.py --chat-model local --embedding-model minilm
+    OPENAI_BASE_URL=http://localhost:8000/v1 \\
+      MEMALIGN_EMBEDDINGS_BASE_URL=http://localhost:8001/v1 \\
+      python examples/quickstart.py --chat-model my-chat-model --embedding-model my-embedding-model
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def configure(argv: list[str] | None) -> tuple[argparse.Namespace, str | None]:
     if not os.environ.get("OPENAI_API_KEY") and not args.base_url:
         problem = (
             "No model is configured. Set OPENAI_API_KEY to use OpenAI, or OPENAI_BASE_URL "
-            "(and OPENAI_API_KEY=anything) for any OpenAI-compatible server; choose models with "
+            "for any OpenAI-compatible server (a local one needs no key); choose models with "
             "--chat-model/--embedding-model or MEMALIGN_CHAT_MODEL/MEMALIGN_EMBEDDING_MODEL, and "
             "an embedding server with --embeddings-base-url or MEMALIGN_EMBEDDINGS_BASE_URL."
         )

@@ -14,9 +14,10 @@ so the judge keeps learning from the agent's own outcomes.
 Run it on any OpenAI-compatible model:
 
     OPENAI_API_KEY=sk-...  python examples/self_critique_agent.py
-    OPENAI_BASE_URL=http://127.0.0.1:8013/v1 OPENAI_API_KEY=local \\
-      MEMALIGN_EMBEDDINGS_BASE_URL=http://127.0.0.1:8012/v1 \\
-      python examples/self_critique_agent.py --chat-model local --embedding-model minilm
+    OPENAI_BASE_URL=http://localhost:8000/v1 \\
+      MEMALIGN_EMBEDDINGS_BASE_URL=http://localhost:8001/v1 \\
+      python examples/self_critique_agent.py \\
+        --chat-model my-chat-model --embedding-model my-embedding-model
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Guideline",
     "InvalidFeedbackError",
     "JudgeConfig",
+    "JudgeResult",
     "MalformedOutputError",
     "MemAlignError",
     "MemAlignJudge",

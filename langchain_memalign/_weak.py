@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
@@ -53,26 +53,14 @@ def weak_node(method: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-_NodeRunnable: Any
-try:  # LangGraph's own node wrapper inspects signatures once, not on every call
-    from langgraph._internal import _runnable
-
-    _NodeRunnable = _runnable.RunnableCallable
-except (ImportError, AttributeError):  # pragma: no cover - fall back to the public one
-    _NodeRunnable = None
-
-
 def weak_runnable(
     method: Callable[..., Any], amethod: Callable[..., Any] | None = None
 ) -> Runnable[Any, Any]:
     """A graph node with a sync and an optional async implementation, both held weakly.
 
-    LangChain's `RunnableLambda` inspects its function's signature on every
-    call, a measurable share of a judgment's overhead; LangGraph's node
-    wrapper does it once.
+    A `RunnableLambda` (LangChain's public wrapper for a sync/async pair):
+    LangGraph's own node wrapper is internal (`langgraph._internal`).
     """
     func = weak_node(method)
     afunc = None if amethod is None else weak_node(amethod)
-    if _NodeRunnable is not None:
-        return cast(Runnable[Any, Any], _NodeRunnable(func, afunc, name=func.__name__))
-    return RunnableLambda(func, afunc=afunc, name=func.__name__)  # pragma: no cover
+    return RunnableLambda(func, afunc=afunc, name=func.__name__)

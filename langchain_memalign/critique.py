@@ -48,6 +48,7 @@ from langgraph.graph import END, StateGraph
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.reports import AlignReport
+from langchain_memalign.result import label_of
 from langchain_memalign.scale import Scale
 
 Route = Literal["pass", "revise", "exhausted"]
@@ -70,7 +71,7 @@ class CritiqueState(TypedDict, total=False):
     case: dict[str, Any]
     """What the judge saw: `inputs`, `outputs`, `reference_outputs`."""
     result: dict[str, Any]
-    """The judge's result: `{"key", "score", "comment", "metadata"}`."""
+    """The judge's `JudgeResult`: `{"key", "score", "comment", "metadata"}` (and `"value"`)."""
     passed: bool
     """Whether the draft passed."""
     round: int
@@ -89,7 +90,7 @@ def default_passed(scale: Scale) -> Callable[[dict[str, Any]], bool]:
     - `bool`: the score is `True`.
     - numeric `(low, high)`: the score is at least the midpoint `(low + high) / 2`
       (3 on a 1–5 scale).
-    - categorical: the score is the first category; list categories best first,
+    - categorical: the label (`result["value"]`) is the first category; list categories best first,
       e.g. `["Excellent", "Acceptable", "Bad"]`, or pass `passed=` to accept more.
     - pairwise: no default (a single draft is not a pair); raises `ValueError`.
     """
@@ -101,7 +102,7 @@ def default_passed(scale: Scale) -> Callable[[dict[str, Any]], bool]:
         return lambda result: _number(result.get("score")) >= midpoint
     if scale.kind == "categorical":
         best = scale.choices[0]
-        return lambda result: result.get("score") == best
+        return lambda result: label_of(result) == best
     raise ValueError(
         "a pairwise judge has no default pass rule for self-critique; pass "
         "`passed=lambda result: ...`"
@@ -116,7 +117,7 @@ def default_note(result: Mapping[str, Any]) -> str:
     """The revision note sent back to the agent: the judge's rationale and score."""
     comment = str(result.get("comment") or "").strip() or "No rationale given."
     return (
-        f"A reviewer ({result.get('key', 'judge')}) scored your draft {result.get('score')!r}: "
+        f"A reviewer ({result.get('key', 'judge')}) scored your draft {label_of(result)!r}: "
         f"{comment}\nRevise the draft to address this."
     )
 
@@ -370,7 +371,7 @@ class SelfCritique:
         """
         critique = self._critique_of(state)
         result, case = critique["result"], critique["case"]
-        judged = result.get("score")
+        judged = label_of(result)
         value = judged if value is None else self.judge.scale.validate_value(value, feedback_id=id)
         confirmed = value == judged
         return Feedback(

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -23,22 +23,20 @@ from langchain_memalign.errors import (
     ReflectionError,
     UnknownFeedbackError,
 )
-from langchain_memalign.evaluation.metrics import (
-    AgreementReport,
-    aevaluate_agreement,
-    evaluate_agreement,
-)
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
+from langchain_memalign.graphs.cases import PrepareCases, TakeResult
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale, ScaleSpec
 
-_CASE_KEYS = ("inputs", "outputs", "reference_outputs")
+if TYPE_CHECKING:  # the judge does not depend on the evaluation toolkit to load
+    from langchain_memalign.evaluation.agreement import AgreementReport
 
 
 def _mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
@@ -62,14 +60,16 @@ def _mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
     return batches
 
 
-class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
+class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
     r"""An LLM judge with a semantic and an episodic memory of expert feedback.
 
     The judge is a LangChain `Runnable`: `invoke`, `ainvoke`, `batch`,
     `abatch` and `stream` take `{"inputs", "outputs", "reference_outputs"}`
-    and return an openevals-style result `{"key", "score", "comment",
-    "metadata"}`. It is also callable like an openevals evaluator:
-    `judge(inputs=..., outputs=...)`.
+    and return a `JudgeResult` `{"key", "score", "comment", "metadata"}`
+    (plus the label in `"value"` on categorical and pairwise scales, where
+    `score` is the label's position; see `langchain_memalign.result`). It is
+    also callable like an openevals evaluator, `judge(inputs=..., outputs=...)`,
+    and usable as is in `langsmith.evaluate(evaluators=[judge])`.
 
     Example:
         ```python
@@ -98,8 +98,28 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             `None` keeps the memory in process.
         rate_limiter: Paces the judge's model calls (e.g. LangChain's
             `InMemoryRateLimiter`), shared by all concurrent judgments.
-        **options: Further `JudgeConfig` fields (`embed`, `guideline_token_budget`,
-            `episode_max_chars`, `embed_max_chars`, `reflect_batch_size`, `max_retries`).
+        embed: What text of a case is embedded (`JudgeConfig.embed`).
+        guideline_token_budget: Tokens of guidelines in a judge prompt.
+        episode_max_chars: Characters of one episode shown in a judge prompt.
+        embed_max_chars: Characters embedded per case.
+        reflect_batch_size: Feedback items distilled per reflection call.
+        max_retries: Retries when a model returns malformed output.
+        hnsw_threshold: Episodes past which retrieval becomes approximate (HNSW).
+        hnsw_ef_search: Breadth of an HNSW search.
+        reuse_expert_verdicts: Answer with the experts' verdict on a case they graded.
+        source_support: Similarity a cited rationale needs to count as a guideline's
+            source (`None` trusts the model's citations).
+        validate_guidelines: Check new guidelines on seen cases: `"sources"`
+            (default), `"all"` or `"off"`.
+        validate_max_calls: Most extra judge calls one align spends on validation.
+        reflect_contrast: Stored cases with other scores shown beside each
+            reflection batch.
+        judge_prompt: `"checklist"` or `"plain"` (`JudgeConfig.judge_prompt`).
+        pairwise_both_orders: Judge pairwise cases in both orders and reconcile.
+
+    See `JudgeConfig` for each option. Everything after `embeddings` is
+    keyword-only. A judge is a context manager: `with MemAlignJudge(...) as
+    judge:` closes its memory on exit.
     """
 
     def __init__(
@@ -108,15 +128,48 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         instructions: str,
         model: str | BaseChatModel,
         embeddings: str | Embeddings,
+        *,
         scale: ScaleSpec = bool,
         k: int = 5,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
-        **options: Any,
+        embed: Literal["inputs", "inputs_outputs"] = "inputs",
+        guideline_token_budget: int = 800,
+        episode_max_chars: int = 900,
+        embed_max_chars: int = 1500,
+        reflect_batch_size: int = 8,
+        max_retries: int = 2,
+        hnsw_threshold: int = 50_000,
+        hnsw_ef_search: int = 96,
+        reuse_expert_verdicts: bool = True,
+        source_support: float | None = 0.4,
+        validate_guidelines: Literal["off", "sources", "all"] = "sources",
+        validate_max_calls: int = 16,
+        reflect_contrast: int = 4,
+        judge_prompt: Literal["plain", "checklist"] = "checklist",
+        pairwise_both_orders: bool = True,
     ) -> None:
         config = JudgeConfig(
-            name=name, instructions=instructions, scale=Scale.of(scale), k=k, **options
+            name=name,
+            instructions=instructions,
+            scale=Scale.of(scale),
+            k=k,
+            embed=embed,
+            guideline_token_budget=guideline_token_budget,
+            episode_max_chars=episode_max_chars,
+            embed_max_chars=embed_max_chars,
+            reflect_batch_size=reflect_batch_size,
+            max_retries=max_retries,
+            hnsw_threshold=hnsw_threshold,
+            hnsw_ef_search=hnsw_ef_search,
+            reuse_expert_verdicts=reuse_expert_verdicts,
+            source_support=source_support,
+            validate_guidelines=validate_guidelines,
+            validate_max_calls=validate_max_calls,
+            reflect_contrast=reflect_contrast,
+            judge_prompt=judge_prompt,
+            pairwise_both_orders=pairwise_both_orders,
         )
         emb = resolve_embeddings(embeddings)
         self._setup(
@@ -147,9 +200,9 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
             build_align_graph(memory, self.reflection_model, validator=validator)
         )
-        self._chain = (_PrepareCases(memory) | self.graph | _TakeResult()).with_config(
-            run_name=self.name
-        )
+        self._chain = (
+            PrepareCases(memory) | self.graph | TakeResult(memory.config.scale)
+        ).with_config(run_name=self.name)
 
     @classmethod
     def load(
@@ -157,6 +210,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         path: str | os.PathLike[str],
         model: str | BaseChatModel,
         embeddings: str | Embeddings,
+        *,
         reflection_model: str | BaseChatModel | None = None,
         rate_limiter: BaseRateLimiter | None = None,
         **overrides: Any,
@@ -221,13 +275,13 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
 
     def invoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Judge one case: `{"inputs", "outputs", "reference_outputs"}` -> result."""
+    ) -> JudgeResult:
+        """Judge one case: `{"inputs", "outputs", "reference_outputs"}` -> `JudgeResult`."""
         return self._chain.invoke(input, config, **kwargs)
 
     async def ainvoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
+    ) -> JudgeResult:
         """Async twin of `invoke`."""
         return await self._chain.ainvoke(input, config, **kwargs)
 
@@ -262,8 +316,12 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         outputs: Any = None,
         reference_outputs: Any = None,
         **kwargs: Any,
-    ) -> dict[str, Any]:
-        """Judge a case openevals-style: `judge(inputs=..., outputs=...)`."""
+    ) -> JudgeResult:
+        """Judge a case openevals-style: `judge(inputs=..., outputs=...)`.
+
+        The result is a valid LangSmith evaluation result, so the judge itself
+        can be passed to `langsmith.evaluate(evaluators=[judge])`.
+        """
         config = cast(RunnableConfig | None, kwargs.pop("config", None))
         return self.invoke(
             {"inputs": inputs, "outputs": outputs, "reference_outputs": reference_outputs},
@@ -272,7 +330,7 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
 
     # -- measuring agreement ----------------------------------------------------------------
 
-    def evaluate(
+    def agreement(
         self,
         feedback: Iterable[Feedback | dict[str, Any]],
         config: RunnableConfig | None = None,
@@ -295,11 +353,13 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
                 defaults to True for numeric scales only.
             max_concurrency: Parallel judgments.
         """
+        from langchain_memalign.evaluation.agreement import evaluate_agreement
+
         return evaluate_agreement(
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
 
-    async def aevaluate(
+    async def aagreement(
         self,
         feedback: Iterable[Feedback | dict[str, Any]],
         config: RunnableConfig | None = None,
@@ -307,7 +367,9 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
         ordinal: bool | None = None,
         max_concurrency: int | None = None,
     ) -> AgreementReport:
-        """Async twin of `evaluate`."""
+        """Async twin of `agreement`."""
+        from langchain_memalign.evaluation.agreement import aevaluate_agreement
+
         return await aevaluate_agreement(
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
@@ -464,126 +526,8 @@ class MemAlignJudge(Runnable[dict[str, Any], dict[str, Any]]):
             self.memory.save(self.memory.store.folder)
         self.memory.store.close()
 
+    def __enter__(self) -> MemAlignJudge:
+        return self
 
-class _TakeResult(Runnable[dict[str, Any], dict[str, Any]]):
-    """The judgment from the graph's final state (a plain step: no trace of its own)."""
-
-    def invoke(
-        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Return `input["result"]`."""
-        return cast(dict[str, Any], input["result"])
-
-    # The defaults would hand this dict lookup to a thread pool.
-    async def ainvoke(
-        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> dict[str, Any]:
-        """Async twin of `invoke` (no thread hop)."""
-        return self.invoke(input)
-
-    def batch(
-        self,
-        inputs: list[dict[str, Any]],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
-    ) -> list[Any]:
-        """`invoke` over a batch, in this thread."""
-        return [self.invoke(i) for i in inputs]
-
-    async def abatch(
-        self,
-        inputs: list[dict[str, Any]],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
-    ) -> list[Any]:
-        """Async twin of `batch`."""
-        return [self.invoke(i) for i in inputs]
-
-
-class _PrepareCases(Runnable[dict[str, Any], JudgeState]):
-    """Validate judge inputs and embed every case of a batch in one call."""
-
-    name = "prepare_cases"
-
-    def __init__(self, memory: JudgeMemory) -> None:
-        self.memory = memory
-
-    @staticmethod
-    def _state(input: Any) -> JudgeState:
-        if not isinstance(input, dict) or "inputs" not in input:
-            raise TypeError(
-                "a judge takes a dict with an 'inputs' key (and optionally 'outputs' and "
-                f"'reference_outputs'), got {type(input).__name__}"
-            )
-        unknown = set(input) - {*_CASE_KEYS, "query_vector"}
-        if unknown:
-            raise TypeError(f"unexpected judge input keys: {sorted(unknown)}")
-        state = {k: input.get(k) for k in _CASE_KEYS}
-        if "query_vector" in input:  # precomputed by a caller that embedded a batch
-            state["query_vector"] = input["query_vector"]
-        return cast(JudgeState, state)
-
-    def _states(self, inputs: list[dict[str, Any]], return_exceptions: bool) -> list[Any]:
-        states: list[Any] = []
-        for i in inputs:
-            try:
-                states.append(self._state(i))
-            except TypeError as e:
-                if not return_exceptions:
-                    raise
-                states.append(e)  # the sequence skips failed items in later steps
-        return states
-
-    def _texts(self, states: list[Any]) -> list[int]:
-        if not self.memory.needs_query_vector():
-            return []
-        return [
-            i for i, s in enumerate(states) if isinstance(s, dict) and s.get("query_vector") is None
-        ]
-
-    def _text(self, state: JudgeState) -> str:
-        return self.memory.case_text(state.get("inputs"), state.get("outputs"))
-
-    def invoke(
-        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
-    ) -> JudgeState:
-        """Validate one case (the graph embeds it)."""
-        return self._state(input)
-
-    def batch(
-        self,
-        inputs: list[dict[str, Any]],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
-    ) -> list[Any]:
-        """Validate many cases and embed them in one call."""
-        states = self._states(inputs, return_exceptions)
-        todo = self._texts(states)
-        if todo:
-            texts = [self._text(states[i]) for i in todo]
-            for i, vec in zip(todo, self.memory.embed(texts), strict=True):
-                states[i]["query_vector"] = vec.tolist()
-        return list(states)
-
-    async def abatch(
-        self,
-        inputs: list[dict[str, Any]],
-        config: RunnableConfig | list[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
-    ) -> list[Any]:
-        """Async twin of `batch`."""
-        states = self._states(inputs, return_exceptions)
-        todo = self._texts(states)
-        if todo:
-            texts = [self._text(states[i]) for i in todo]
-            for i, vec in zip(todo, await self.memory.aembed(texts), strict=True):
-                states[i]["query_vector"] = vec.tolist()
-        return list(states)
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -2,60 +2,50 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 
-def _split(spec: str) -> tuple[str, str]:
-    provider, sep, name = spec.partition(":")
-    return (provider, name) if sep else ("openai", spec)
+def _with_provider(spec: str) -> str:
+    # A bare model name is an OpenAI model, as it always was here; init_embeddings
+    # needs the provider spelled out.
+    return spec if ":" in spec else f"openai:{spec}"
 
 
 def resolve_chat_model(spec: str | BaseChatModel) -> BaseChatModel:
-    """A chat model from an instance or an `init_chat_model`-style string."""
+    """A chat model from an instance or a `"provider:model"` string (`init_chat_model`).
+
+    A bare name (`"gpt-4.1-mini"`) is an OpenAI model. Judges grade at temperature 0.
+    """
     if isinstance(spec, BaseChatModel):
         return spec
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"model must be a BaseChatModel or a 'provider:model' string, got {spec!r}")
-    provider, name = _split(spec)
-    if provider == "openai":
-        from langchain_openai import ChatOpenAI
+    from langchain.chat_models import init_chat_model
 
-        return ChatOpenAI(model=name, temperature=0)
-    try:
-        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise ImportError(
-            f"model {spec!r}: install `langchain` to use provider strings other than 'openai:', "
-            "or pass a chat model instance"
-        ) from e
-    model: BaseChatModel = init_chat_model(spec, temperature=0)
+    model = init_chat_model(_with_provider(spec), temperature=0)
+    if not isinstance(model, BaseChatModel):  # only a spec without a model is configurable
+        raise TypeError(f"model {spec!r} did not resolve to a chat model")
     return model
 
 
 def resolve_embeddings(spec: str | Embeddings) -> Embeddings:
-    """Embeddings from an instance or an `init_embeddings`-style string."""
+    """Embeddings from an instance or a `"provider:model"` string (`init_embeddings`).
+
+    A bare name (`"text-embedding-3-small"`) is an OpenAI model.
+    """
     if isinstance(spec, Embeddings):
         return spec
     if not isinstance(spec, str) or not spec:
         raise TypeError(
             f"embeddings must be an Embeddings or a 'provider:model' string, got {spec!r}"
         )
-    provider, name = _split(spec)
-    if provider == "openai":
-        from langchain_openai import OpenAIEmbeddings
+    from langchain.embeddings import init_embeddings
 
-        return OpenAIEmbeddings(model=name)
-    try:
-        from langchain.embeddings import init_embeddings  # type: ignore[import-not-found]
-    except ImportError as e:
-        raise ImportError(
-            f"embeddings {spec!r}: install `langchain` to use provider strings other than "
-            "'openai:', or pass an Embeddings instance"
-        ) from e
-    embeddings: Embeddings = init_embeddings(spec)
+    embeddings: Embeddings = init_embeddings(_with_provider(spec))
     return embeddings
 
 
@@ -90,11 +80,15 @@ def openai_compatible(
 
     With a `base_url` (llama.cpp, vLLM, a proxy), embeddings are sent as
     plain text: counting tokens would need a tokenizer download, which an
-    offline server cannot serve and other models do not share.
+    offline server cannot serve and other models do not share. A server with
+    no key given (here or in `OPENAI_API_KEY`) gets a placeholder key: local
+    servers accept any, and the OpenAI client refuses to start without one.
     """
     from langchain_openai import ChatOpenAI, OpenAIEmbeddings
     from pydantic import SecretStr
 
+    if api_key is None and (base_url or embeddings_base_url):
+        api_key = os.environ.get("OPENAI_API_KEY") or "not-needed"
     key = SecretStr(api_key) if api_key else None
     chat = ChatOpenAI(model=chat_model, base_url=base_url, api_key=key, temperature=temperature)
     emb_url = embeddings_base_url or base_url

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -101,6 +102,34 @@ class AlignReport(BaseModel):
     def llm_calls(self) -> int:
         """LLM calls made."""
         return self.usage.llm_calls
+
+    @classmethod
+    def merge(cls, reports: Sequence[AlignReport]) -> AlignReport:
+        """One report for successive `align` calls on one judge, given in order.
+
+        Ids and costs add up. A guideline added by one call and removed by a
+        later one (a consolidation) is in neither list. `failed` is the last
+        call's: every `align` retries the feedback whose reflection failed
+        before, so an item that failed in an early call and is not failed in
+        the last one was retried successfully and is not failed.
+        """
+
+        def cat(name: str) -> list[str]:
+            return list(dict.fromkeys(x for r in reports for x in getattr(r, name)))
+
+        added, removed = set(cat("guidelines_added")), set(cat("guidelines_removed"))
+        return cls(
+            added=cat("added"),
+            updated=cat("updated"),
+            unchanged=cat("unchanged"),
+            guidelines_added=sorted(added - removed),
+            guidelines_removed=sorted(removed - added),
+            guidelines_updated=sorted(set(cat("guidelines_updated")) - added - removed),
+            failed=sorted(set(reports[-1].failed)) if reports else [],
+            errors=[e for r in reports for e in r.errors],
+            usage=Usage.sum(r.usage for r in reports),
+            seconds=sum(r.seconds for r in reports),
+        )
 
     @property
     def total_tokens(self) -> int:

@@ -15,13 +15,13 @@ ScaleSpec = Any  # bool | tuple[num, num] | list[str] | "pairwise" | Scale | dic
 
 _TRUE = {"true", "yes", "pass", "passed", "y", "1", "correct"}
 _FALSE = {"false", "no", "fail", "failed", "n", "0", "incorrect"}
-PAIRWISE_CHOICES = ("A", "B", "tie")
+_PAIRWISE_CHOICES = ("A", "B", "tie")
 _PAIRWISE_ALIASES = {
     "a": "A", "1": "A", "response_1": "A", "response 1": "A", "first": "A",
     "b": "B", "2": "B", "response_2": "B", "response 2": "B", "second": "B",
     "tie": "tie", "0": "tie", "draw": "tie", "equal": "tie",
 }  # fmt: skip
-RATIONALE_MAX_CHARS = 600
+_RATIONALE_MAX_CHARS = 600
 # Integer ranges up to this size are offered to the model as an enum, which
 # grammar-constrained local servers enforce better than min/max bounds.
 _MAX_ENUM_RANGE = 20
@@ -51,7 +51,7 @@ class Scale(BaseModel):
         if spec is bool or spec == "bool":
             return cls(kind="bool")
         if spec == "pairwise":
-            return cls(kind="pairwise", choices=PAIRWISE_CHOICES)
+            return cls(kind="pairwise", choices=_PAIRWISE_CHOICES)
         if isinstance(spec, dict):
             return cls.model_validate(spec)
         if isinstance(spec, Sequence) and not isinstance(spec, str):
@@ -123,6 +123,18 @@ class Scale(BaseModel):
             feedback_id=feedback_id,
         )
 
+    def label_numbers(self) -> dict[str, int]:
+        """The number that stands for each label of a categorical or pairwise scale.
+
+        One mapping for the whole package: a `JudgeResult`'s `score`, the LangSmith
+        feedback config we write, and the numbers `validate_value` reads as labels.
+        Categories are numbered by position (0 for the first); pairwise labels by
+        the numbers reviewers and datasets use for them: `"A"` 1, `"B"` 2, `"tie"` 0.
+        """
+        if self.kind == "pairwise":
+            return {"A": 1, "B": 2, "tie": 0}
+        return {c: i for i, c in enumerate(self.choices)}
+
     def describe_range(self) -> str:
         """Human-readable range, e.g. `1–5`."""
         return f"{_fmt(self.low)}–{_fmt(self.high)}"
@@ -172,7 +184,7 @@ class Scale(BaseModel):
                     description="Brief reasoning, written before the score.",
                     # Grammar-constrained servers enforce this; without it a small
                     # model can ramble for thousands of tokens.
-                    json_schema_extra={"maxLength": RATIONALE_MAX_CHARS},
+                    json_schema_extra={"maxLength": _RATIONALE_MAX_CHARS},
                 ),
             ),
             score=score_field,

@@ -136,6 +136,7 @@ class RoleResponder:
         self.judge_rule = judge_rule
         self.fail_reflect = False
         self.narrowed_text = ""
+        self.fail_next_reflections = 0  # fail this many reflections, then succeed
         self.roles: list[str] = []
         self._lock = threading.Lock()
 
@@ -150,7 +151,10 @@ class RoleResponder:
             memory, _, case = human.rpartition("<case>")
             return self.judge_rule(case, memory)
         if role == "reflect":
-            if self.fail_reflect:
+            with self._lock:
+                fail_once = self.fail_next_reflections > 0
+                self.fail_next_reflections -= fail_once
+            if self.fail_reflect or fail_once:
                 return "not json at all"
             out = []
             for block in re.findall(r'<feedback id="([^"]+)">(.*?)</feedback>', human, re.DOTALL):

@@ -29,7 +29,7 @@ from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import Usage
-from langchain_memalign.scale import RATIONALE_MAX_CHARS
+from langchain_memalign.scale import _RATIONALE_MAX_CHARS as RATIONALE_MAX_CHARS
 
 _SWAPPED = {"A": "B", "B": "A", "tie": "tie"}
 

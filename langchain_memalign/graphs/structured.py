@@ -11,6 +11,7 @@ model with the validation error and retried, then raised as
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -27,6 +28,7 @@ from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.reports import Usage
 
 T = TypeVar("T", bound=BaseModel)
+logger = logging.getLogger(__name__)
 
 
 def _supports_json_schema(model: BaseChatModel) -> bool:
@@ -100,6 +102,11 @@ class StructuredCaller(Generic[T]):
                 self._runnable = model.with_structured_output(schema, include_raw=True)
                 self._mode = "structured"
             except NotImplementedError:
+                logger.info(
+                    "%s: %s has no structured output; asking for JSON in the text",
+                    what,
+                    type(model).__name__,
+                )
                 self._mode = "text"
                 self._runnable = model
 
@@ -145,7 +152,9 @@ class StructuredCaller(Generic[T]):
                 error = error or f"no JSON in the reply ({e})"
         for cand in candidates:
             try:
-                return self._checked(self.schema.model_validate(cand), raw)
+                parsed_cand = self.schema.model_validate(cand)
+                logger.debug("%s: structured output empty, JSON salvaged from the reply", self.what)
+                return self._checked(parsed_cand, raw)
             except ValidationError as e:
                 error = _short(e)
         return None, raw, error or "the reply did not contain the expected fields"
@@ -198,6 +207,7 @@ class StructuredCaller(Generic[T]):
             usage = usage + _usage_of(raw)
             if parsed is not None:
                 return parsed, usage
+            logger.info("%s: unusable model output (%s); retrying", self.what, error)
             msgs = self._retry_messages(msgs, raw, error or "invalid output")
         raise self._fail(raw, error, usage)
 
@@ -217,6 +227,7 @@ class StructuredCaller(Generic[T]):
             usage = usage + _usage_of(raw)
             if parsed is not None:
                 return parsed, usage
+            logger.info("%s: unusable model output (%s); retrying", self.what, error)
             msgs = self._retry_messages(msgs, raw, error or "invalid output")
         raise self._fail(raw, error, usage)
 

@@ -223,6 +223,9 @@ class LangSmithAPI:
         return query_backend(flags)
 
     def _openapi(self) -> Any | None:
+        # Private on purpose: langsmith 0.15's public accessors (`client.runs`,
+        # `client.annotation_queues`) return the *async* resources; the sync
+        # OpenAPI client has no public accessor. getattr: absent, we use v1 calls.
         get = getattr(self.client, "_get_langsmith_api_sync", None)
         return get() if callable(get) else None
 

@@ -31,11 +31,8 @@ def category_numbers(scale: Scale) -> dict[str, int]:
     """The number LangSmith stores for each label of a categorical, pairwise or bool scale."""
     if scale.kind == "bool":
         return {"fail": 0, "pass": 1}
-    if scale.kind == "pairwise":
-        # One mapping for the whole package: the numbers Scale.validate_value accepts
-        # for a pairwise label ("1" -> A, "2" -> B, "0" -> tie).
-        return {"A": 1, "B": 2, "tie": 0}
-    return {c: i for i, c in enumerate(scale.choices)}
+    # One mapping for the whole package (the JudgeResult's score uses it too).
+    return scale.label_numbers()
 
 
 def feedback_config(scale: Scale) -> ls_schemas.FeedbackConfig:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tracers.langchain import LangChainTracer
@@ -41,6 +41,7 @@ from langchain_memalign.langsmith._fields import (
     score_fields,
 )
 from langchain_memalign.langsmith.source import FeedbackMapping
+from langchain_memalign.result import JudgeResult, label_of
 from langchain_memalign.scale import Scale
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _verdict_fields(scale: Scale, score: Any) -> dict[str, Any]:
 
 
 def evaluation_result(
-    judge: MemAlignJudge, result: dict[str, Any], *, source_run_id: uuid.UUID | None = None
+    judge: MemAlignJudge, result: JudgeResult, *, source_run_id: uuid.UUID | None = None
 ) -> EvaluationResult:
     """A judge result as a LangSmith `EvaluationResult`.
 
@@ -70,7 +71,7 @@ def evaluation_result(
     metadata = dict(result.get("metadata") or {})
     return EvaluationResult(
         key=result["key"],
-        **_verdict_fields(judge.scale, result["score"]),
+        **_verdict_fields(judge.scale, label_of(result)),
         comment=result.get("comment"),
         metadata={"judge": judge.config.name, **metadata},
         evaluator_info=_source_info(judge, result),
@@ -78,7 +79,7 @@ def evaluation_result(
     )
 
 
-def _source_info(judge: MemAlignJudge, result: dict[str, Any]) -> dict[str, Any]:
+def _source_info(judge: MemAlignJudge, result: JudgeResult) -> dict[str, Any]:
     """The feedback's source info: the judge's mark and the memory ids it used.
 
     LangSmith drops an evaluation result's `metadata` but keeps this. The mark
@@ -183,17 +184,17 @@ class JudgeRunEvaluator(RunEvaluator):
         return f"JudgeRunEvaluator({self.judge.config.name!r})"
 
 
-def judge_evaluator(judge: MemAlignJudge) -> Callable[..., dict[str, Any]]:
+def judge_evaluator(judge: MemAlignJudge) -> Callable[..., JudgeResult]:
     """The judge as a plain evaluator function for `langsmith.evaluate`.
 
     The function takes `(inputs, outputs, reference_outputs=None)` and returns
-    `{"key", "score" | "value", "comment", "metadata"}`. Inside a
+    a `JudgeResult` (with `evaluator_info`). Inside a
     `@pytest.mark.langsmith` test it also logs its verdict as feedback.
     """
 
     def evaluate(
         inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: Any = None
-    ) -> dict[str, Any]:
+    ) -> JudgeResult:
         case = {"inputs": inputs, "outputs": outputs, "reference_outputs": reference_outputs}
         return _result_dict(judge, invoke_and_log(judge, case))
 
@@ -201,12 +202,12 @@ def judge_evaluator(judge: MemAlignJudge) -> Callable[..., dict[str, Any]]:
     return evaluate
 
 
-def ajudge_evaluator(judge: MemAlignJudge) -> Callable[..., Awaitable[dict[str, Any]]]:
+def ajudge_evaluator(judge: MemAlignJudge) -> Callable[..., Awaitable[JudgeResult]]:
     """Async twin of `judge_evaluator`, for `langsmith.aevaluate`."""
 
     async def aevaluate(
         inputs: dict[str, Any], outputs: dict[str, Any], reference_outputs: Any = None
-    ) -> dict[str, Any]:
+    ) -> JudgeResult:
         case = {"inputs": inputs, "outputs": outputs, "reference_outputs": reference_outputs}
         return _result_dict(judge, await ainvoke_and_log(judge, case))
 
@@ -214,11 +215,11 @@ def ajudge_evaluator(judge: MemAlignJudge) -> Callable[..., Awaitable[dict[str, 
     return aevaluate
 
 
-def _result_dict(judge: MemAlignJudge, result: dict[str, Any]) -> dict[str, Any]:
+def _result_dict(judge: MemAlignJudge, result: JudgeResult) -> JudgeResult:
     out = evaluation_result(judge, result).model_dump(
         include={"key", "score", "value", "comment", "metadata", "evaluator_info"}
     )
-    return {k: v for k, v in out.items() if v is not None}
+    return cast(JudgeResult, {k: v for k, v in out.items() if v is not None})
 
 
 # -- pytest (@pytest.mark.langsmith) ---------------------------------------------------------
@@ -230,6 +231,8 @@ def _in_langsmith_test() -> bool:
     The plugin's test-case context variable outlives its test (an unmarked test
     after a marked one still sees it), so the current trace must be the test's.
     """
+    # Private on purpose: langsmith has no public way to ask whether a
+    # @pytest.mark.langsmith test is running; openevals reads the same variable.
     try:
         from langsmith.testing._internal import _TEST_CASE
     except ImportError:  # pragma: no cover - another langsmith layout
@@ -241,12 +244,12 @@ def _in_langsmith_test() -> bool:
     return str(run_tree.trace_id) == str(test_case.run_id)
 
 
-def _log_verdict(judge: MemAlignJudge, result: dict[str, Any]) -> None:
+def _log_verdict(judge: MemAlignJudge, result: JudgeResult) -> None:
     from langsmith import testing
 
     testing.log_feedback(
         key=result["key"],
-        **_verdict_fields(judge.scale, result["score"]),
+        **_verdict_fields(judge.scale, label_of(result)),
         comment=result.get("comment"),
         source_info=_source_info(judge, result),
     )
@@ -254,7 +257,7 @@ def _log_verdict(judge: MemAlignJudge, result: dict[str, Any]) -> None:
 
 def invoke_and_log(
     judge: MemAlignJudge, case: dict[str, Any], config: RunnableConfig | None = None
-) -> dict[str, Any]:
+) -> JudgeResult:
     """Judge a case; inside a `@pytest.mark.langsmith` test, also log the verdict.
 
     In a LangSmith pytest test the judgment is traced as the test's feedback
@@ -275,7 +278,7 @@ def invoke_and_log(
 
 async def ainvoke_and_log(
     judge: MemAlignJudge, case: dict[str, Any], config: RunnableConfig | None = None
-) -> dict[str, Any]:
+) -> JudgeResult:
     """Async twin of `invoke_and_log`."""
     if not _in_langsmith_test():
         with _no_upload_when_local():
@@ -315,7 +318,7 @@ class Verdict(BaseModel):
     )
 
 
-def uncertainty(judge: MemAlignJudge, result: dict[str, Any]) -> float:
+def uncertainty(judge: MemAlignJudge, result: JudgeResult) -> float:
     """How unsure a verdict is, from the expert labels of the cases it recalled.
 
     The retrieved episodes come most similar first; each one disagreeing
@@ -323,12 +326,12 @@ def uncertainty(judge: MemAlignJudge, result: dict[str, Any]) -> float:
     similar past case is maximally unsure (1.0).
     """
     ids = list((result.get("metadata") or {}).get("episode_ids") or [])
-    stored = judge.memory.store.get_feedback(ids) if ids else {}
+    stored = judge.memory.feedback(ids) if ids else {}
     pairs = [(1.0 / (rank + 1), stored[i].value) for rank, i in enumerate(ids) if i in stored]
     if not pairs:
         return 1.0
     total = sum(w for w, _ in pairs)
-    return sum(w * distance(judge.scale, result["score"], v) for w, v in pairs) / total
+    return sum(w * distance(judge.scale, label_of(result), v) for w, v in pairs) / total
 
 
 def _case(run: RunRecord, mapping: FeedbackMapping) -> dict[str, Any]:
@@ -384,7 +387,7 @@ def _judge_runs(
             Verdict(
                 run_id=run.id,
                 key=result["key"],
-                score=result["score"],
+                score=label_of(result),
                 comment=result.get("comment"),
                 guideline_ids=list(meta.get("guideline_ids") or []),
                 episode_ids=list(meta.get("episode_ids") or []),

@@ -44,7 +44,7 @@ from langchain_memalign.langsmith._fields import (
     read_label,
     read_text,
 )
-from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.reports import AlignReport, UnalignReport
 from langchain_memalign.scale import Scale, ScaleSpec
 
 ConflictPolicy = Literal["keep_all", "majority", "latest"]
@@ -560,10 +560,9 @@ class LangSmithFeedbackSource:
         key = self.key or judge.config.name
         if self.scale is not None and self.scale != judge.scale:
             raise ValueError(f"source scale {self.scale.kind} differs from the judge's")
-        store = judge.memory.store
-        with judge.memory.write_lock:
-            state_key = self.state_key(judge)
-            state: dict[str, Any] = store.get_meta(state_key) or {}
+        memory = judge.memory
+        with judge.memory.integration_state(self.state_key(judge)) as saved:
+            state: dict[str, Any] = saved.get() or {}
             if state.get("version") != _STATE_VERSION:
                 state = {"version": _STATE_VERSION, "items": {}}
             entries: dict[str, dict[str, Any]] = state["items"]
@@ -589,7 +588,7 @@ class LangSmithFeedbackSource:
             candidate_ids = [r.feedback_id for r in reviews] + [
                 e["id"] for e in entries.values() if e.get("id")
             ]
-            stored = store.feedback_state(candidate_ids)
+            stored = memory.stored_ids(candidate_ids)
 
             # 1. what is gone from LangSmith, or no longer kept, leaves the memory
             remove: list[str] = []
@@ -611,7 +610,7 @@ class LangSmithFeedbackSource:
                     else:
                         entry["id"] = None
             unalign_report = judge.unalign(sorted(set(remove))) if remove else None
-            store.set_meta(state_key, state)
+            saved.set(state)
 
             # 2. what is new or modified is resolved and aligned, one batch at a time
             todo = [
@@ -640,7 +639,7 @@ class LangSmithFeedbackSource:
                         entries[r.langsmith_id] = _entry(r, r.feedback_id)
                 stamps = [e["m"] for e in entries.values() if e.get("m")]
                 state["cursor"] = max(stamps) if stamps else None
-                store.set_meta(state_key, state)
+                saved.set(state)
             for k, v in cursors.items():
                 state[f"cursor_{k}"] = v
             state["fingerprint"] = self._fingerprint()
@@ -652,13 +651,14 @@ class LangSmithFeedbackSource:
                 state["runs_seen"] = sorted(set(state.get("runs_seen") or []) | set(self.run_ids))
             state["incremental"] = 0 if changed is None else state.get("incremental", 0) + 1
             self._reconciled = self._reconciled or changed is None
-            store.set_meta(state_key, state)
-            if not reports and store.pending_reflection():
+            saved.set(state)
+            if not reports and memory.pending_ids():
                 # An earlier sync stored feedback whose reflection failed: retry it now,
                 # even though LangSmith has nothing new.
                 reports.append(judge.align([], raise_on_failure=False))
 
-        failed = {i for rep in reports for i in rep.failed}
+        merged = AlignReport.merge(reports) if reports else None
+        failed = set(merged.failed if merged else [])
         return SyncReport(
             listed=len(reviews),
             aligned=[
@@ -671,7 +671,7 @@ class LangSmithFeedbackSource:
             skipped=skipped,
             conflicts=conflicts,
             runs_fetched=runs_fetched,
-            align=_merge(reports) if reports else None,
+            align=merged,
             unalign=unalign_report,
             seconds=time.perf_counter() - started,
         )
@@ -682,7 +682,8 @@ class LangSmithFeedbackSource:
 
     def forget(self, judge: MemAlignJudge) -> None:
         """Drop this source's sync state (the aligned feedback stays in the memory)."""
-        judge.memory.store.set_meta(self.state_key(judge), None)
+        with judge.memory.integration_state(self.state_key(judge)) as saved:
+            saved.set(None)
 
 
 def _resolve_conflicts(
@@ -775,21 +776,3 @@ def _fields(record: Mapping[str, Any], kind: str) -> str:
     if kind == "correction":
         return f"correction={record.get('correction')!r}"
     return f"score={record.get('score')!r}, value={record.get('value')!r}"
-
-
-def _merge(reports: Sequence[AlignReport]) -> AlignReport:
-    def cat(name: str) -> list[str]:
-        return [x for rep in reports for x in getattr(rep, name)]
-
-    return AlignReport(
-        added=cat("added"),
-        updated=cat("updated"),
-        unchanged=cat("unchanged"),
-        guidelines_added=cat("guidelines_added"),
-        guidelines_removed=cat("guidelines_removed"),
-        guidelines_updated=cat("guidelines_updated"),
-        failed=cat("failed"),
-        errors=cat("errors"),
-        usage=Usage.sum(rep.usage for rep in reports),
-        seconds=sum(rep.seconds for rep in reports),
-    )

@@ -16,52 +16,55 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import faiss
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-_threads_configured = False
-_search_threads = 1
-# OpenMP's thread count is a per-thread setting: a search from a new Python
-# thread (LangGraph runs parallel nodes in fresh ones) would otherwise use
-# every core and spin-wait, costing tens of ms of CPU on a small machine.
-_thread_setting = threading.local()
+
+def _default_search_threads() -> int:
+    env = os.environ.get("OMP_NUM_THREADS")
+    return max(1, int(env)) if env and env.isdigit() else 1
+
+
+_search_threads = _default_search_threads()
 
 
 def configure_faiss_threads(n: int | None = None) -> None:
-    """Limit FAISS's OpenMP threads for searches.
+    """Set the OpenMP threads of the judge's own FAISS searches.
 
     A judge searches one vector at a time from many Python threads; letting
     each search fan out over every core oversubscribes a small machine. The
     default is 1 unless `OMP_NUM_THREADS` says otherwise. Bulk builds (HNSW)
-    temporarily use every core.
+    use every core. Either count is set around our FAISS calls only and
+    restored after them: the process's own FAISS setting is left as it was.
     """
-    global _threads_configured, _search_threads
-    if n is None:
-        env = os.environ.get("OMP_NUM_THREADS")
-        n = int(env) if env and env.isdigit() else 1
-    _search_threads = max(1, n)
-    _threads_configured = True
-    _apply_thread_setting()
+    global _search_threads
+    _search_threads = _default_search_threads() if n is None else max(1, n)
 
 
-def _apply_thread_setting() -> None:
-    if getattr(_thread_setting, "n", None) != _search_threads:
-        faiss.omp_set_num_threads(_search_threads)
-        _thread_setting.n = _search_threads
-
-
+# OpenMP's thread count is a per-thread setting, so it is set (and restored) in
+# the thread that makes the call: a search from a new Python thread (LangGraph
+# runs parallel nodes in fresh ones) would otherwise use every core and
+# spin-wait, costing tens of ms of CPU on a small machine. Reading and setting
+# it costs about 0.1 µs.
 @contextmanager
-def _all_cores() -> Iterator[None]:
-    faiss.omp_set_num_threads(os.cpu_count() or 1)
-    _thread_setting.n = None
+def _faiss_threads(n: int) -> Iterator[None]:
+    before = faiss.omp_get_max_threads()
+    if before == n:
+        yield
+        return
+    faiss.omp_set_num_threads(n)
     try:
         yield
     finally:
-        _apply_thread_setting()
+        faiss.omp_set_num_threads(before)
+
+
+def _all_cores() -> AbstractContextManager[None]:
+    return _faiss_threads(os.cpu_count() or 1)
 
 
 class Episode(BaseModel):
@@ -102,8 +105,6 @@ class EpisodicIndex:
         ef_search: int = 96,
         rebuild_ratio: float = 0.2,
     ) -> None:
-        if not _threads_configured:
-            configure_faiss_threads()
         self._lock = threading.RLock()
         self._index: Any = None
         self._tombstones: set[int] = set()
@@ -209,8 +210,7 @@ class EpisodicIndex:
     def search(self, vector: Any, k: int) -> list[tuple[int, float]]:
         """Return up to `k` (id, cosine similarity) pairs, most similar first."""
         query = as_matrix(vector)
-        _apply_thread_setting()
-        with self._lock:
+        with self._lock, _faiss_threads(_search_threads):
             if self._index is None or len(self) == 0 or k <= 0:
                 return []
             if query.shape[1] != self.dim:

@@ -7,9 +7,11 @@ SQLite first and then swaps the in-process views.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,15 @@ from langchain_core.embeddings import Embeddings
 from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
-from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, write_atomic
+from langchain_memalign.memory.store import INDEX_FILE, MemoryStore
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
+
+logger = logging.getLogger(__name__)
 
 
 class JudgeMemory:
@@ -38,6 +44,11 @@ class JudgeMemory:
         self.index = EpisodicIndex(**self._index_options())
         self._guidelines: tuple[Guideline, ...] = ()
         self._guideline_vectors: np.ndarray | None = None
+        # Every embedding call of this memory, for callers that report costs
+        # (embedding models have no LangChain callbacks to count them with).
+        self._embedding_lock = threading.Lock()
+        self._embedding_calls = 0
+        self._embedded_texts = 0
 
     # -- opening -------------------------------------------------------------------
 
@@ -109,12 +120,17 @@ class JudgeMemory:
         if folder is None or not (folder / INDEX_FILE).is_file():
             return None
         if self.store.get_meta("index_seq") != self.store.get_meta("change_seq"):
+            logger.debug("%s: stale index cache, rebuilding it from the stored vectors", folder)
             return None
         try:
             index = EpisodicIndex.read(str(folder / INDEX_FILE), **self._index_options())
-        except RuntimeError:  # a damaged cache is rebuilt, never trusted
+        except RuntimeError as e:  # a damaged cache is rebuilt, never trusted
+            logger.warning("%s: damaged index cache (%s), rebuilding it", folder / INDEX_FILE, e)
             return None
-        return index if len(index) == self.store.count("episodes") else None
+        if len(index) != self.store.count("episodes"):
+            logger.warning("%s: index cache out of step, rebuilding it", folder / INDEX_FILE)
+            return None
+        return index
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Write the memory to `folder` atomically, with a fresh index cache."""
@@ -154,11 +170,18 @@ class JudgeMemory:
         self._count(usage, len(texts))
         return as_matrix(vectors)
 
-    @staticmethod
-    def _count(usage: Usage | None, n: int) -> None:
+    def _count(self, usage: Usage | None, n: int) -> None:
+        with self._embedding_lock:
+            self._embedding_calls += 1
+            self._embedded_texts += n
         if usage is not None:
             usage.embedding_calls += 1
             usage.embedded_texts += n
+
+    def embedding_usage(self) -> Usage:
+        """Embedding calls and texts embedded by this memory so far (all threads)."""
+        with self._embedding_lock:
+            return Usage(embedding_calls=self._embedding_calls, embedded_texts=self._embedded_texts)
 
     @staticmethod
     def text_hash(text: str) -> str:
@@ -209,6 +232,46 @@ class JudgeMemory:
             )  # fmt: skip
         return episodes
 
+    def stored_ids(self, ids: Iterable[str]) -> set[str]:
+        """Which of `ids` are stored feedback."""
+        return set(self.store.feedback_state(ids))
+
+    def feedback(self, ids: Iterable[str]) -> dict[str, Feedback]:
+        """The stored feedback among `ids`, by id (unknown ids are left out)."""
+        return self.store.get_feedback(ids)
+
+    def pending_ids(self) -> list[str]:
+        """Stored feedback whose reflection failed; the next `align` retries it."""
+        return self.store.pending_reflection()
+
+    # -- integrations' own state ---------------------------------------------------------
+
+    @contextmanager
+    def integration_state(self, namespace: str) -> Iterator[IntegrationState]:
+        """Read and write an integration's own state, stored with the memory.
+
+        An integration that feeds the judge (a feedback source, a queue) keeps
+        what it has seen here, so that the state and the memory it describes
+        are saved, copied and deleted together. The block holds the memory's
+        write lock: no other align, unalign or save runs meanwhile, but the
+        block itself may align and unalign (the lock is re-entrant).
+
+        ```python
+        with judge.memory.integration_state("my_source:project-1") as state:
+            seen = state.get() or {}
+            ...
+            state.set(seen)  # saved at once: a later failure keeps it
+        ```
+
+        Args:
+            namespace: The integration's key, e.g. `"langsmith_sync:<key>:<scope>"`;
+                the memory's own keys (`config`, `embeddings`, ...) are refused.
+        """
+        if not namespace or namespace in _CORE_META:
+            raise ValueError(f"{namespace!r} is not an integration namespace")
+        with self.write_lock:
+            yield IntegrationState(self.store, namespace)
+
     # -- swapping views after a committed write ------------------------------------------
 
     def refresh_guidelines(self) -> None:
@@ -216,6 +279,25 @@ class JudgeMemory:
         guidelines, vectors = self.store.load_guidelines()
         self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
 
+
+class IntegrationState:
+    """One integration's state in the memory: a JSON value (see `integration_state`)."""
+
+    def __init__(self, store: MemoryStore, namespace: str) -> None:
+        self._store = store
+        self.namespace = namespace
+
+    def get(self) -> Any:
+        """The stored value, or None."""
+        return self._store.get_meta(self.namespace)
+
+    def set(self, value: Any) -> None:
+        """Store `value` (JSON-serializable) at once; `None` clears it."""
+        self._store.set_meta(self.namespace, value)
+
+
+# The memory's own meta keys, which no integration may overwrite.
+_CORE_META = frozenset({"config", "embeddings", "schema_version", "change_seq", "index_seq"})
 
 # What a stored memory is: changing these would make its guidelines or its
 # vectors mean something else, so they cannot change on reopening.

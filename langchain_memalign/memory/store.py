@@ -9,7 +9,6 @@ behind in free pages of the file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
@@ -25,6 +24,7 @@ import numpy as np
 
 from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory.semantic import Guideline
 
 SCHEMA_VERSION = 1
@@ -434,9 +434,9 @@ class MemoryStore:
                 dest.execute("VACUUM")
             finally:
                 dest.close()
-            _fsync(tmp)
+            fsync(tmp)
             os.replace(tmp, folder / DB_FILE)
-            _fsync_dir(folder)
+            fsync_dir(folder)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -454,29 +454,3 @@ def _connect(db: Path) -> sqlite3.Connection:
 def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
-
-
-def _fsync(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
-        _fsync(folder)
-
-
-def write_atomic(path: Path, write: Any) -> None:
-    """Call `write(tmp_path)` then rename the temporary file onto `path`."""
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + "-", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        _fsync(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -6,6 +6,7 @@ import io
 import json
 import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
-from langchain_memalign.cli import (
+from langchain_memalign.cli import main
+from langchain_memalign.cli.judge_file import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -22,13 +24,11 @@ from langchain_memalign.cli import (
     CLIError,
     JudgeFile,
     Models,
-    Progress,
-    ascii_curve,
-    build_parser,
     default_models,
-    main,
-    memory_summary,
 )
+from langchain_memalign.cli.parser import build_parser
+from langchain_memalign.cli.progress import Progress, ascii_curve
+from langchain_memalign.cli.show import memory_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,6 +148,7 @@ def test_help_teaches_the_workflow(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "Workflow:" in out and "memalign align -c judge.toml train.jsonl" in out
+    assert "Feedback files are JSONL" in out and '"value": false' in out  # the format
     for command in ("create", "align", "judge", "evaluate", "unalign", "show", "curve"):
         assert command in out
 
@@ -241,18 +242,6 @@ def test_align_in_batches_with_a_progress_bar(env: Env) -> None:
     assert "aligning [" in err and "3/3 100%" in err
 
 
-def test_align_reads_the_shared_dataset_format(env: Env) -> None:
-    env.created()
-    rows = [
-        {"id": "d1", "inputs": {"q": "hi"}, "outputs": "hello", "label": "PASS",
-         "feedback": "Friendly.", "reference": None},
-    ]  # fmt: skip
-    path = write_jsonl(env.tmp / "shared.jsonl", rows)
-    code, out, _ = env.run("align", path)
-    assert code == EXIT_OK and "1 added" in out
-    assert memory_summary(env.tmp / "mem")["guidelines"][0]["source_ids"] == ["d1"]
-
-
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -300,6 +289,16 @@ def test_failed_reflection_exits_1_and_is_retried(env: Env) -> None:
     env.responder.fail_reflect = False
     code, out, _ = env.run("align", env.feedback)
     assert code == EXIT_OK and "Guidelines: 3 added" in out
+
+
+def test_an_item_retried_successfully_by_a_later_batch_is_not_failed(env: Env) -> None:
+    env.created()
+    env.responder.fail_next_reflections = 3  # every attempt (max_retries=2) of batch 1
+    code, out, err = env.run("align", env.feedback, "--batch-size", "1", "--json")
+    assert code == EXIT_OK, err
+    report = json.loads(out)["files"]
+    assert report["failed"] == [] and report["errors"]  # batch 1 failed, batch 2 retried it
+    assert sorted(report["added"]) == sorted(f["id"] for f in FEEDBACK)
 
 
 @pytest.fixture
@@ -405,6 +404,20 @@ def test_judge_a_file_to_an_output_file(env: Env) -> None:
     assert "Judged 4 case(s)" in err and "True: 2, False: 2" in err
 
 
+def test_judge_json_is_one_document(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    code, out, err = env.run("judge", env.test, "--json")
+    assert code == EXIT_OK and err == ""
+    doc = json.loads(out)  # one document, not lines
+    assert (doc["n"], doc["scores"], doc["failed"]) == (4, {"True": 2, "False": 2}, 0)
+    assert [r["id"] for r in doc["results"]] == ["t1", "t2", "t3", "t4"]
+    out_path = env.tmp / "results.jsonl"
+    code, out, _ = env.run("judge", env.test, "--json", "-o", str(out_path))
+    assert json.loads(out)["output"] == str(out_path)
+    assert "results" not in json.loads(out) and len(out_path.read_text().splitlines()) == 4
+
+
 def test_judge_needs_a_case(env: Env) -> None:
     env.created()
     assert "give a case to judge" in env.run("judge")[2]
@@ -425,6 +438,27 @@ def test_failed_judgments_are_reported_per_case(env: Env) -> None:
     assert rows[0]["score"] is True and "1 judgment(s) failed" in err
 
 
+def test_a_server_that_cannot_be_reached_is_named(env: Env) -> None:
+    import socket
+
+    from langchain_openai import ChatOpenAI
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+
+    def offline(cfg: JudgeFile) -> Models:
+        return Models(ChatOpenAI(model="m", base_url=url, api_key="k", max_retries=0),
+                      env.embeddings)  # fmt: skip
+
+    assert env.run("create", models=offline)[0] == EXIT_OK
+    code, out, err = env.run("judge", "--inputs", "hi", "--outputs", "hello", models=offline)
+    assert code == EXIT_FAILED
+    assert f"chat model at {url}" in json.loads(out)["error"]
+    assert f"ConnectionError: Connection error. (chat model at {url}" in err
+
+
 # -- evaluate ----------------------------------------------------------------------------------
 
 
@@ -434,10 +468,12 @@ def test_evaluate_before_and_after_alignment(env: Env) -> None:
     assert code == EXIT_OK and "accuracy        75.0%" in out
     assert "disagreements (1, first 5)" in out and "t3: human False, judge True" in out
     assert "human: Cold." in out
+    assert "0 embedding call(s)" in out  # an empty memory: nothing to retrieve, no embedding
     env.run("align", env.feedback)
     code, out, _ = env.run("evaluate", env.test, "--json")
     summary = json.loads(out)
     assert summary["accuracy"] == 1.0 and summary["n"] == 4 and summary["llm_calls"] == 4
+    assert summary["embedding_calls"] == 1  # the 4 cases, embedded in one batch call
 
 
 def test_evaluate_writes_the_full_report(env: Env) -> None:
@@ -693,7 +729,7 @@ class Tty(io.StringIO):
         return True
 
 
-def test_progress_bar_draws_on_a_terminal_only() -> None:
+def test_progress_bar_draws_on_a_terminal() -> None:
     tty = Tty()
     with Progress(4, "work", stream=tty) as bar:
         bar.advance(2)
@@ -701,13 +737,28 @@ def test_progress_bar_draws_on_a_terminal_only() -> None:
     text = tty.getvalue()
     assert "work [###############...............] 2/4 50%" in text
     assert text.endswith("4/4 100% 0:00\n")
-    quiet = io.StringIO()
-    with Progress(4, "work", stream=quiet) as bar:
+    quick = io.StringIO()  # not a terminal, and done within the interval: nothing to say
+    with Progress(4, "work", stream=quick) as bar:
         bar.advance()
-    assert quiet.getvalue() == ""
+    assert quick.getvalue() == ""
+    off = Tty()
+    with Progress(4, "work", stream=off, enabled=False) as bar:
+        bar.advance()
+    assert off.getvalue() == ""
     empty = Tty()
     Progress(0, "none", stream=empty).close()
     assert "0/0 100%" in empty.getvalue()
+
+
+def test_progress_in_a_log_is_a_line_now_and_then() -> None:
+    log = io.StringIO()
+    with Progress(4, "aligning", stream=log, interval=0.05) as bar:
+        bar.advance()
+        time.sleep(0.2)  # a long step: the log hears from it meanwhile
+    lines = log.getvalue().splitlines()
+    assert len(lines) >= 2 and "\r" not in log.getvalue()
+    assert lines[0].startswith("aligning: 1/4 (25%) 0:00")
+    assert lines[-1].startswith("aligning: 1/4 (25%)")  # the last word, at close
 
 
 # -- the docs stay in step with the parser -----------------------------------------------------
@@ -745,3 +796,15 @@ def test_cli_reference_documents_every_command_and_option() -> None:
         body = section(f"`memalign {command}`")
         missing = sorted(o for o in options if f"`{o}" not in body)
         assert not missing, f"docs/cli.md: {command} does not document {missing}"
+
+
+def test_show_names_the_embedding_model_in_use() -> None:
+    from langchain_memalign.cli.show import embedding_model
+    from langchain_memalign.models import embeddings_fingerprint, openai_compatible
+
+    _, emb = openai_compatible("local", "minilm", base_url="http://localhost:8000/v1")
+    fingerprint = embeddings_fingerprint(emb)
+    assert "text-embedding-ada-002" in fingerprint  # the client's unused default deployment
+    assert embedding_model(fingerprint) == "minilm (langchain_openai.OpenAIEmbeddings)"
+    assert embedding_model("fakes.HashEmbeddings") == "fakes.HashEmbeddings"
+    assert embedding_model(None) is None

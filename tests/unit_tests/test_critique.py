@@ -210,7 +210,9 @@ def test_default_pass_rules() -> None:
     assert numeric({"score": 3}) and numeric({"score": 5}) and not numeric({"score": 2})
     assert not numeric({"score": None})
     categorical = default_passed(Scale.of(["Excellent", "Acceptable", "Bad"]))
-    assert categorical({"score": "Excellent"}) and not categorical({"score": "Acceptable"})
+    # a JudgeResult: the label is the value, its position the score
+    assert categorical({"score": 0, "value": "Excellent"})
+    assert not categorical({"score": 1, "value": "Acceptable"})
     with pytest.raises(ValueError, match="pairwise"):
         default_passed(Scale.of("pairwise"))
 
@@ -256,6 +258,8 @@ def test_default_case_reads_inputs_and_outputs_keys() -> None:
 def test_default_note_mentions_score_and_rationale() -> None:
     note = default_note({"key": "tone", "score": 2, "comment": "Too curt."})
     assert "tone" in note and "2" in note and "Too curt." in note
+    labelled = default_note({"key": "tone", "score": 2, "value": "Cold", "comment": "Curt."})
+    assert "'Cold'" in labelled  # the label, not its position
 
 
 class MessagesState(TypedDict, total=False):

@@ -56,3 +56,15 @@ def test_quickstart_says_what_to_set_without_a_model(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "OPENAI_API_KEY" in err and "OPENAI_BASE_URL" in err
+
+
+def test_quickstart_runs_on_a_base_url_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8000/v1")
+    quickstart = load_example("quickstart")
+    args, problem = quickstart.configure([])
+    assert problem is None and args.base_url == "http://localhost:8000/v1"
+    model, embeddings = quickstart.openai_compatible(
+        args.chat_model, args.embedding_model, base_url=args.base_url, api_key=None
+    )  # used to raise: the OpenAI client wants a key
+    assert model is not None and embeddings is not None

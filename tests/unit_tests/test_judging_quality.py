@@ -47,7 +47,7 @@ def test_pairwise_judges_both_orders(
     model = ScriptedChatModel(responder=responder)
     judge = make_judge(model=model, scale="pairwise")
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
-    assert out["score"] == expected
+    assert out["value"] == expected
     assert out["metadata"]["position_consistent"] is consistent
     assert len(model.calls) == 2
     # turned off: one call, the model's first-order verdict
@@ -61,7 +61,7 @@ async def test_pairwise_both_orders_async(make_judge: Any) -> None:
     responder = RoleResponder(judge_rule=lambda case, memory: {"rationale": "x", "score": "A"})
     judge = make_judge(model=ScriptedChatModel(responder=responder), scale="pairwise")
     out = await judge.ainvoke({"inputs": "Q", "outputs": ["one", "two"]})
-    assert out["score"] == "tie" and out["metadata"]["pairwise_orders"] == ["A", "B"]
+    assert out["value"] == "tie" and out["metadata"]["pairwise_orders"] == ["A", "B"]
 
 
 def test_tidy_rationale() -> None:

@@ -30,6 +30,7 @@ from langchain_memalign.langsmith import (  # noqa: E402
     write_verdicts,
 )
 from langchain_memalign.langsmith._fields import comment_digest  # noqa: E402
+from langchain_memalign.result import label_of  # noqa: E402
 
 KEY = "helpfulness"
 
@@ -190,6 +191,60 @@ def test_categorical_verdicts_are_values(model: ScriptedChatModel) -> None:
     )
     result = JudgeRunEvaluator(judge).evaluate_run(run)
     assert (result.value, result.score, result.comment) == ("Cold", 2, "Curt.")
+
+
+def _labelled_judge(name: str, scale: Any, label: str) -> MemAlignJudge:
+    def rule(case: str, memory: str) -> dict[str, Any]:
+        return {"rationale": f"Rated {label}.", "score": label}
+
+    return MemAlignJudge(
+        name,
+        "Rate. {inputs} {outputs}",
+        ScriptedChatModel(responder=RoleResponder(rule)),
+        HashEmbeddings(),
+        scale=scale,
+    )
+
+
+@pytest.mark.parametrize(
+    ("scale", "label", "score"),
+    [(["Warm", "Neutral", "Cold"], "Neutral", 1), ("pairwise", "B", 2), ("pairwise", "tie", 0)],
+)
+def test_the_judge_itself_is_an_evaluator_for_every_scale(
+    server: LangSmithTestServer,
+    client: Client,
+    dataset: str,
+    scale: Any,
+    label: str,
+    score: int,
+) -> None:
+    judge = _labelled_judge("rating", scale, label)
+    results = langsmith.evaluate(
+        target, data=dataset, evaluators=[judge], upload_results=False, client=client
+    )
+    found = [r for row in results for r in row["evaluation_results"]["results"]]
+    assert len(found) == 3
+    for r in found:
+        assert (r.key, r.value, r.score, r.comment) == ("rating", label, score, f"Rated {label}.")
+    assert not server.feedback
+
+
+def test_results_have_one_shape_on_every_scale() -> None:
+    cases = [
+        (bool, True, True, None),
+        ((1, 5), 4, 4, None),
+        (["Good", "Bad"], "Bad", 1, "Bad"),
+        ("pairwise", "A", 1, "A"),
+    ]
+    for scale, label, score, value in cases:
+        judge = _labelled_judge("k", scale, label)
+        result = judge(inputs="q", outputs="a")
+        assert result == judge.invoke({"inputs": "q", "outputs": "a"})
+        assert result["score"] == score and type(result["score"]) is type(score)
+        assert result.get("value") == value
+        assert label_of(result) == label
+        # valid as is for LangSmith
+        assert EvaluationResult(**result).score == score
 
 
 def test_invoke_and_log_outside_a_langsmith_test_just_judges(

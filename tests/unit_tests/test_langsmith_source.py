@@ -434,6 +434,31 @@ def test_a_failed_reflection_is_retried_by_the_next_sync(
     assert [list(g.source_ids) for g in judge.guidelines] == [[fid(lsid)]]
 
 
+def test_an_item_failed_in_one_batch_and_retried_in_the_next_is_not_failed(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any]
+) -> None:
+    responder = RoleResponder()
+    judge = MemAlignJudge(
+        KEY,
+        "Is it helpful?\n{inputs}\n{outputs}",
+        ScriptedChatModel(responder=responder),
+        HashEmbeddings(),
+        max_retries=0,
+    )
+    first = human(server, add_run(server, project, 0), 0, "bob", comment="Too cold.")
+    second = human(server, add_run(server, project, 1), 1, "ann", comment="Clear.")
+    source = LangSmithFeedbackSource(client, project="prod", batch_size=1)
+    responder.fail_next_reflections = 1  # batch 1 fails; batch 2 retries it and succeeds
+    report = source.sync(judge)
+    assert report.align is not None
+    assert report.failed == [] and report.align.failed == []
+    assert sorted(report.aligned) == sorted([fid(first), fid(second)])
+    assert any("reflect" in e for e in report.align.errors)  # the failure happened
+    assert sorted(i for g in judge.guidelines for i in g.source_ids) == sorted(
+        [fid(first), fid(second)]
+    )
+
+
 def test_run_extra_can_be_mapped_on_the_newer_run_api(
     server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
 ) -> None:

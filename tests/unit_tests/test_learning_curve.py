@@ -15,9 +15,9 @@ from langchain_memalign.evaluation.learning_curve import (
     LearningCurve,
     StageResult,
     learning_curve,
-    plot_curves,
     split_train_test,
 )
+from langchain_memalign.evaluation.plots import plot_curves
 
 TOPICS = ["refund", "delivery", "password", "invoice", "size", "colour", "warranty", "login"]
 

@@ -10,20 +10,22 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import Feedback, MemAlignJudge, Scale
-from langchain_memalign.evaluation.metrics import (
+from langchain_memalign.evaluation.agreement import (
     AgreementReport,
-    UsageCallbackHandler,
-    accuracy,
     agreement_report,
+    evaluate_agreement,
+)
+from langchain_memalign.evaluation.metrics import (
+    accuracy,
     ccc,
     cohen_kappa,
     confusion_matrix,
-    evaluate_agreement,
     fleiss_kappa,
     krippendorff_alpha,
     mae,
     pairwise_agreement,
 )
+from langchain_memalign.evaluation.usage import UsageCallbackHandler
 
 # -- pure functions -----------------------------------------------------------------------------
 
@@ -286,19 +288,22 @@ def test_usage_handler_counts_calls_and_tokens() -> None:
 
 def test_judge_evaluate_reports_agreement_without_aligning(make_judge: Any) -> None:
     judge = make_judge()
-    rep = judge.evaluate([SWEATER, HOURS, RUDE], max_concurrency=2)
+    rep = judge.agreement([SWEATER, HOURS, RUDE], max_concurrency=2)
     assert rep.name == "helpfulness" and rep.n == 3
     assert rep.accuracy == pytest.approx(1 / 3)
     assert {d.id for d in rep.disagreements} == {"sweater", "rude"}
     assert judge.feedback_ids == [] and judge.guidelines == []  # graded, not learned
+    judge.align([HOURS])  # now there is a past case to retrieve: each case is embedded
+    rep = judge.agreement([SWEATER, RUDE])
+    assert (rep.usage.embedding_calls, rep.usage.embedded_texts) == (1, 2)
 
 
 async def test_judge_aevaluate_matches_evaluate(make_judge: Any, model: ScriptedChatModel) -> None:
     judge = make_judge()
     judge.align([SWEATER])
-    sync = judge.evaluate([SWEATER, HOURS, RUDE])
+    sync = judge.agreement([SWEATER, HOURS, RUDE])
     calls = len(model.calls)
-    rep = await judge.aevaluate([SWEATER, HOURS, RUDE], max_concurrency=3)
+    rep = await judge.aagreement([SWEATER, HOURS, RUDE], max_concurrency=3)
     assert [c.judge for c in rep.cases] == [c.judge for c in sync.cases] == [False, False, False]
     # the sweater case is the expert's own: its verdict is reused without a model call
     assert rep.usage.llm_calls == 2 == len(model.calls) - calls

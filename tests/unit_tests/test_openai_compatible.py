@@ -70,3 +70,34 @@ def test_garbage_from_server_is_retried_then_raised() -> None:
         with pytest.raises(MalformedOutputError, match="judge 'h'.*I cannot answer that"):
             judge.invoke({"inputs": "x"})
     assert len(server.requests) == 2
+
+
+def test_model_strings_resolve_through_langchain(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+
+    from langchain_memalign.models import resolve_chat_model, resolve_embeddings
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # clients are built, never called
+    for spec in ("openai:gpt-4.1-mini", "gpt-4.1-mini"):
+        chat = resolve_chat_model(spec)
+        assert isinstance(chat, ChatOpenAI) and chat.model_name == "gpt-4.1-mini"
+        assert chat.temperature == 0
+    for spec in ("openai:text-embedding-3-small", "text-embedding-3-small"):
+        emb = resolve_embeddings(spec)
+        assert isinstance(emb, OpenAIEmbeddings) and emb.model == "text-embedding-3-small"
+    with pytest.raises(ValueError, match="nosuchprovider"):
+        resolve_chat_model("nosuchprovider:model")
+
+
+def test_a_server_without_an_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OPENAI_BASE_URL set, no key: local servers take any key, the client needs one.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def reply(body: dict[str, Any]) -> str:
+        return json.dumps({"rationale": "Fine.", "score": True})
+
+    with OpenAICompatibleServer(reply) as server:
+        model, embeddings = openai_compatible("local", "minilm", base_url=server.url)
+        judge = MemAlignJudge("h", "{inputs} -> {outputs}", model, embeddings)
+        assert judge.invoke({"inputs": "q", "outputs": "a"})["score"] is True
+    assert model.openai_api_key is not None  # a placeholder was sent

@@ -40,15 +40,17 @@ def test_save_load_round_trip_makes_no_embedding_call(
 
 
 def test_index_cache_is_used_and_rebuilt_when_missing_or_stale(
-    make_judge: Any, model: Any, tmp_path: Path
+    make_judge: Any, model: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     judge = make_judge()
     judge.align([SWEATER, HOURS])
     judge.save(tmp_path)
     assert (tmp_path / INDEX_FILE).is_file()
     (tmp_path / INDEX_FILE).write_bytes(b"garbage")
-    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    with caplog.at_level("WARNING", logger="langchain_memalign"):
+        loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert len(loaded.memory.index) == 2  # rebuilt from stored vectors
+    assert "damaged index cache" in caplog.text  # and said so
     (tmp_path / INDEX_FILE).unlink()
     loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert len(loaded.memory.index) == 2
@@ -190,3 +192,31 @@ def test_no_pickle_in_memory_folder(make_judge: Any, tmp_path: Path) -> None:
     judge.save(tmp_path)
     for p in tmp_path.iterdir():
         assert not p.read_bytes().startswith(b"\x80")  # pickle protocol marker
+
+
+def test_a_judge_is_a_context_manager_that_closes_its_memory(model: Any, tmp_path: Path) -> None:
+    with MemAlignJudge("h", INSTRUCTIONS, model, HashEmbeddings(), path=tmp_path / "mem") as judge:
+        judge.align([SWEATER, HOURS, RUDE])
+    with pytest.raises(sqlite3.ProgrammingError):  # closed
+        judge.stats()
+    reopened = MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=HashEmbeddings())
+    assert reopened.feedback_ids == ["sweater", "hours", "rude"]
+    reopened.close()
+
+
+def test_integration_state_is_kept_with_the_memory(model: Any, tmp_path: Path) -> None:
+    judge = MemAlignJudge("h", INSTRUCTIONS, model, HashEmbeddings(), path=tmp_path / "mem")
+    with judge.memory.integration_state("my_source:scope") as state:
+        assert state.get() is None
+        state.set({"cursor": 3})
+        judge.align([HOURS])  # the lock is re-entrant: aligning inside the block works
+    with pytest.raises(ValueError, match="namespace"), judge.memory.integration_state("config"):
+        pass
+    judge.close()
+    reopened = MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=HashEmbeddings())
+    with reopened.memory.integration_state("my_source:scope") as state:
+        assert state.get() == {"cursor": 3}
+        state.set(None)
+        assert state.get() is None
+    assert reopened.config.name == "h"  # the memory's own keys are untouched
+    reopened.close()

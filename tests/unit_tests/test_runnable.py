@@ -147,19 +147,14 @@ def test_a_dropped_judge_frees_its_memory(make_judge: Any) -> None:
     assert memory() is None  # no cache in LangChain/LangGraph pins the nodes
 
 
-@pytest.mark.parametrize("langgraph_wrapper", [True, False])
-async def test_nodes_work_with_either_node_wrapper(
-    make_judge: Any, monkeypatch: pytest.MonkeyPatch, langgraph_wrapper: bool
+async def test_nodes_are_public_runnables_with_a_sync_and_an_async_side(
+    make_judge: Any,
 ) -> None:
-    # LangGraph's internal node wrapper is used when present; RunnableLambda otherwise.
-    from langchain_memalign import _weak
-
-    if not langgraph_wrapper:
-        monkeypatch.setattr(_weak, "_NodeRunnable", None)
+    # RunnableLambda, not LangGraph's internal node wrapper (langgraph._internal).
     judge = make_judge()
     judge.align([SWEATER])
     node = judge.graph.get_graph().nodes["judge"].data
-    assert (type(node).__name__ == "RunnableLambda") is not langgraph_wrapper
+    assert type(node).__name__ == "RunnableLambda"
     case = {"inputs": "I was charged twice!", "outputs": "Refunds take 5-7 days."}
     sync, async_ = judge.invoke(case), await judge.ainvoke(case)
     assert sync == async_ and sync["metadata"]["episode_ids"] == ["sweater"]

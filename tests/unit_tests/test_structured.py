@@ -33,11 +33,13 @@ def test_model_without_structured_output_uses_text_mode() -> None:
     assert out.score == 5
 
 
-def test_malformed_output_is_retried_with_the_error() -> None:
+def test_malformed_output_is_retried_with_the_error(caplog: pytest.LogCaptureFixture) -> None:
     replies = iter([{"rationale": "r", "score": 9}, {"rationale": "r", "score": 3}])
     model = ScriptedChatModel(responder=lambda m: next(replies))
-    out, usage = StructuredCaller(model, SCHEMA, what="t", retries=2).invoke(MSGS)
+    with caplog.at_level("INFO", logger="langchain_memalign"):
+        out, usage = StructuredCaller(model, SCHEMA, what="t", retries=2).invoke(MSGS)
     assert out.score == 3 and usage.llm_calls == 2
+    assert "t: unusable model output" in caplog.text and "retrying" in caplog.text
     retry_prompt = model.calls[1][-1].content
     assert "could not be used" in retry_prompt and "score" in retry_prompt
 

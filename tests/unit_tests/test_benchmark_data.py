@@ -1,23 +1,20 @@
-"""JSONL loaders: labels mapped onto scales, rationales, rubrics and per-annotator labels."""
+"""The benchmarks' data loader (benchmarks/shared_data.py): labels mapped onto scales,
+rationales, rubrics and per-annotator labels."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from langchain_memalign import InvalidFeedbackError, Scale
-from langchain_memalign.evaluation.datasets import (
-    DATASETS,
-    dataset_spec,
-    load_jsonl,
-    row_to_feedback,
-)
-from langchain_memalign.evaluation.metrics import agreement_report
+from langchain_memalign.evaluation.agreement import agreement_report
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from shared_data import DATASETS, dataset_spec, load_jsonl, row_to_feedback
 
 HALU = {
     "id": "halubench_1", "inputs": {"question": "Who wrote it?", "context": "Ann wrote it."},
@@ -138,14 +135,3 @@ def test_labels_off_the_scale(tmp_path: Path) -> None:
         load_jsonl(write(tmp_path / "other.jsonl", [FQA]))
     fb = row_to_feedback({**FQA, "label": 3}, (1, 5))
     assert fb.value == 3
-
-
-@pytest.mark.skipif(not SHARED.is_dir(), reason="shared data sets not present")
-@pytest.mark.parametrize("name", sorted(DATASETS))
-def test_shared_data_sets_load(name: str) -> None:
-    files = {"prometheus": "prometheus_mtbench_vicuna.jsonl"}
-    path = SHARED / files.get(name, f"{name}.jsonl")
-    items = load_jsonl(path, limit=25)
-    assert len(items) == 25
-    spec = dataset_spec(name)
-    assert all(spec.scale.validate_value(fb.value) == fb.value for fb in items)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_memalign._text import render, truncate
 from langchain_memalign.errors import InvalidFeedbackError
-from langchain_memalign.evaluation.metrics import ANNOTATOR_LABELS_KEY
+from langchain_memalign.evaluation.agreement import ANNOTATOR_LABELS_KEY
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.scale import Scale, ScaleSpec
 

@@ -1,0 +1,343 @@
+"""The `memalign` argument parser: every subcommand, its options and help."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from langchain_memalign.cli.commands import cmd_align, cmd_create, cmd_judge, cmd_unalign
+from langchain_memalign.cli.judge_file import DEFAULT_CONFIG
+from langchain_memalign.cli.measure import cmd_curve, cmd_evaluate
+from langchain_memalign.cli.show import cmd_show
+
+# -- the parser --------------------------------------------------------------------------------
+
+DESCRIPTION = """\
+Align an LLM judge with human feedback (MemAlign), from the command line.
+
+A judge is a small file (TOML, YAML or JSON): its name, instructions (the
+prompt), scale, chat model and embedding model. What it learns lives in a
+memory folder: guidelines distilled from the experts' rationales (each with
+the feedback ids it came from) and past cases retrieved for every judgment.
+
+Workflow:
+  memalign create --template > judge.toml     write a commented example, edit it
+  memalign create -c judge.toml               create the memory folder
+  memalign evaluate -c judge.toml test.jsonl  agreement with humans, before...
+  memalign align -c judge.toml train.jsonl    learn from expert feedback
+  memalign evaluate -c judge.toml test.jsonl  ...and after
+  memalign show -c judge.toml                 guidelines and where they came from
+  memalign unalign -c judge.toml ID ...       forget feedback and what it taught
+  memalign judge -c judge.toml --inputs "..." --outputs "..."
+  memalign curve -c judge.toml labelled.jsonl how agreement grows with feedback
+"""
+
+FEEDBACK_FORMAT = """\
+Feedback files are JSONL, one case a line:
+  {"id": "t1", "inputs": "question", "outputs": "answer", "value": false,
+   "rationale": "why the expert gave this score", "annotator": "ana"}
+`id`, `inputs` and `value` (the expert's score on the judge's scale) are
+required; `outputs`, `reference_outputs`, `rationale`, `annotator` and
+`metadata` are optional. `rationale` is what guidelines are learned from.
+Files of cases to judge need only `inputs` (and usually `outputs`).
+"""
+
+EPILOG = """\
+Exit status: 0 success; 1 the work ran but some of it failed (a reflection, a
+judgment); 2 bad arguments, configuration or input (nothing changed).
+Run `memalign COMMAND --help` for a command's options and an example.
+"""
+
+
+def _common(
+    p: argparse.ArgumentParser, *, needs_models: bool = True, needs_memory: bool = True
+) -> None:
+    g = p.add_argument_group("common options")
+    g.add_argument(
+        "-c",
+        "--config",
+        default=os.environ.get("MEMALIGN_CONFIG", DEFAULT_CONFIG),
+        metavar="FILE",
+        help="the judge file (default: $MEMALIGN_CONFIG or ./memalign.toml)",
+    )
+    if needs_memory:
+        g.add_argument(
+            "--memory",
+            metavar="DIR",
+            help="the memory folder (default: `memory` in the judge file)",
+        )
+    if needs_models:
+        g.add_argument(
+            "--models",
+            metavar="MODULE:FUNC",
+            default=os.environ.get("MEMALIGN_MODELS"),
+            help="a function building the models from the judge file, instead of its "
+            "`model`/`embeddings` (default: $MEMALIGN_MODELS)",
+        )
+    g.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draw progress bars on stderr (default: a bar on a terminal; elsewhere a "
+        "line every 10 s while work runs)",
+    )
+    g.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+
+
+def _work_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--concurrency", type=int, default=4, metavar="N", help="parallel judgments (default: 4)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=32,
+        metavar="N",
+        help="cases per batch; progress is shown per batch (default: 32)",
+    )
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
+    return n
+
+
+def _int_list(value: str) -> list[int]:
+    try:
+        items = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of whole numbers"
+        ) from None
+    if not items or any(x < 0 for x in items):
+        raise argparse.ArgumentTypeError(f"{value!r}: give whole numbers >= 0, e.g. 0,5,10")
+    return items
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `memalign` argument parser (all subcommands)."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="memalign",
+        description=DESCRIPTION,
+        epilog=FEEDBACK_FORMAT + "\n" + EPILOG,
+        formatter_class=fmt,
+    )
+    from langchain_memalign import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    p = sub.add_parser(
+        "create",
+        help="create a judge's memory folder from a judge file",
+        description="Create the judge's memory folder from the judge file (or, run again "
+        "after editing the file, update the stored instructions and options; the name "
+        "and scale of a memory cannot change).",
+        epilog="Example:\n  memalign create --template > judge.toml   # then edit it\n"
+        "  memalign create -c judge.toml",
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--template", action="store_true", help="print a commented example judge file and exit"
+    )
+    _common(p)
+    p.set_defaults(func=cmd_create)
+
+    p = sub.add_parser(
+        "align",
+        help="learn from expert feedback (JSONL files or a LangSmith project)",
+        description="Align the judge with expert feedback: store the cases as episodes and "
+        "distill guidelines from the rationales. Aligning the same feedback again costs "
+        "nothing; an id with a new value or rationale replaces the old item.",
+        epilog=FEEDBACK_FORMAT + "\nExample:\n  memalign align -c judge.toml feedback.jsonl\n"
+        "  memalign align -c judge.toml --langsmith-project support-bot --conflicts majority",
+        formatter_class=fmt,
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="JSONL feedback files ('-': stdin)")
+    ls = p.add_argument_group("LangSmith (LANGSMITH_API_KEY, LANGSMITH_ENDPOINT)")
+    ls.add_argument(
+        "--langsmith-project",
+        metavar="NAME",
+        help="sync human feedback on the project's runs (incremental: only new or changed "
+        "reviews are aligned; deleted ones are unaligned)",
+    )
+    ls.add_argument(
+        "--langsmith-experiment", metavar="NAME", help="sync human feedback on an experiment"
+    )
+    ls.add_argument(
+        "--feedback-key",
+        metavar="KEY",
+        help="the LangSmith feedback key to read (default: the judge's name)",
+    )
+    ls.add_argument(
+        "--conflicts",
+        choices=["keep_all", "majority", "latest"],
+        default="keep_all",
+        help="reviews of one run that disagree: keep all (default), the majority "
+        "label, or the latest label",
+    )
+    p.add_argument(
+        "--limit", type=_positive, metavar="N", help="align at most N items from the files"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=32,
+        metavar="N",
+        help="feedback items per align call; progress is shown per batch (default: 32)",
+    )
+    p.add_argument("--json", action="store_true", help="print the align report as JSON")
+    _common(p)
+    p.set_defaults(func=cmd_align)
+
+    p = sub.add_parser(
+        "judge",
+        help="judge one case, or every case of a JSONL file",
+        description="Judge a case with the aligned judge. Results are JSON lines on stdout "
+        '(or --output): {"id", "key", "score", "comment", "metadata"}; the metadata names '
+        "the guidelines and past cases the judge saw.",
+        epilog="A case file has one JSON object a line with `inputs`, `outputs` and "
+        "optionally `reference_outputs` and `id`; other keys are ignored, so a feedback "
+        "file can be judged as is.\n\nExamples:\n"
+        '  memalign judge -c judge.toml --inputs "I was charged twice!" \\\n'
+        '      --outputs "Refunds take 5-7 days."\n'
+        "  memalign judge -c judge.toml cases.jsonl -o results.jsonl",
+        formatter_class=fmt,
+    )
+    p.add_argument("file", nargs="?", metavar="FILE", help="JSONL file of cases ('-': stdin)")
+    p.add_argument("--inputs", metavar="TEXT", help="the case's inputs")
+    p.add_argument("--outputs", metavar="TEXT", help="the output to judge")
+    p.add_argument("--reference", metavar="TEXT", help="a reference output")
+    p.add_argument(
+        "--json-values",
+        action="store_true",
+        help="parse --inputs/--outputs/--reference as JSON instead of text",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write the results here")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON document {"n", "scores", "failed", "results"} instead of '
+        "JSON lines (with --output: the results go to the file, the rest to stdout)",
+    )
+    _work_options(p)
+    _common(p)
+    p.set_defaults(func=cmd_judge)
+
+    p = sub.add_parser(
+        "evaluate",
+        help="measure agreement with human labels",
+        description="Judge every labelled case of a JSONL file and compare with the human "
+        "labels: accuracy, Cohen's kappa (weighted for ordinal scales), MAE and CCC for "
+        "numeric scales, a confusion matrix and the disagreements with both rationales. "
+        "Evaluate on cases the judge was not aligned with.",
+        epilog=FEEDBACK_FORMAT + "\nExample:\n  memalign evaluate -c judge.toml test.jsonl "
+        "--output report.json",
+        formatter_class=fmt,
+    )
+    p.add_argument("file", metavar="FILE", help="JSONL file of labelled cases ('-': stdin)")
+    p.add_argument(
+        "--ordinal",
+        action="store_true",
+        help="the categories are ordered (best first): adds the weighted kappa",
+    )
+    p.add_argument(
+        "--show", type=int, default=5, metavar="N", help="disagreements to print (default: 5)"
+    )
+    p.add_argument("--output", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _work_options(p)
+    _common(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "unalign",
+        help="forget feedback and everything derived from it",
+        description="Remove feedback by id: its episodes are deleted, guidelines left with "
+        "no source disappear, and guidelines with other sources are re-distilled from "
+        "those alone (this calls the reflection model). No text of the removed feedback "
+        "is left in the memory folder.",
+        epilog="Example:\n  memalign unalign -c judge.toml t1 t7\n"
+        "  memalign unalign -c judge.toml --ids-file withdrawn.txt",
+        formatter_class=fmt,
+    )
+    p.add_argument("ids", nargs="*", metavar="ID", help="feedback ids to remove")
+    p.add_argument("--ids-file", metavar="FILE", help="a file with one id a line")
+    p.add_argument("--json", action="store_true", help="print the unalign report as JSON")
+    _common(p)
+    p.set_defaults(func=cmd_unalign)
+
+    p = sub.add_parser(
+        "show",
+        help="show guidelines with their sources, counts and history (no model needed)",
+        description="Show what the judge has learned: its guidelines with the feedback ids "
+        "they came from, the counts of feedback, episodes and guidelines, and the history "
+        "of changes. Reads the memory folder only: no model or API key is needed.",
+        epilog="Example:\n  memalign show -c judge.toml --feedback\n"
+        "  memalign show --memory memalign_memory/helpfulness --json",
+        formatter_class=fmt,
+    )
+    p.add_argument(
+        "--history",
+        type=int,
+        default=20,
+        metavar="N",
+        help="latest history entries to show (default: 20; -1: all; 0: none)",
+    )
+    p.add_argument("--feedback", action="store_true", help="also list the stored feedback")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    _common(p, needs_models=False)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "curve",
+        help="draw a learning curve: agreement as feedback grows",
+        description="Measure how agreement grows with feedback: split the labelled cases "
+        "into a training pool and a test set, align a fresh in-process judge on growing "
+        "shards of the pool (0, 2, 5, 10, 20, 50 by default) and evaluate on the test set "
+        "after each. The judge's memory folder is not touched.",
+        epilog=FEEDBACK_FORMAT + "\nExample:\n  memalign curve -c judge.toml labelled.jsonl "
+        "--train 20 --shards 0,5,10,20 --output curve.json\n"
+        "  memalign curve -c judge.toml train.jsonl --test-file test.jsonl --plot curve.png",
+        formatter_class=fmt,
+    )
+    p.add_argument("file", metavar="FILE", help="JSONL file of labelled cases")
+    p.add_argument(
+        "--test-file", metavar="FILE", help="a fixed test set (default: split FILE in two)"
+    )
+    p.add_argument("--train", type=int, metavar="N", help="training pool size (default: up to 50)")
+    p.add_argument("--test", type=int, metavar="N", help="test set size (default: the rest)")
+    p.add_argument(
+        "--shards",
+        type=_int_list,
+        metavar="N,N,...",
+        help="feedback counts to measure at (default: 0,2,5,10,20,50 up to --train)",
+    )
+    p.add_argument(
+        "--seeds", type=_int_list, metavar="S,S,...", help="one run per seed (default: 0)"
+    )
+    p.add_argument(
+        "--metric",
+        default="accuracy",
+        choices=["accuracy", "kappa", "weighted_kappa", "ccc", "mae", "strict_accuracy"],
+        help="what to draw (default: accuracy)",
+    )
+    p.add_argument("--ordinal", action="store_true", help="the categories are ordered")
+    p.add_argument(
+        "--no-seen", action="store_true", help="skip re-evaluating the feedback seen so far"
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=4, metavar="N", help="parallel judgments (default: 4)"
+    )
+    p.add_argument("--output", metavar="FILE", help="save the curve as JSON")
+    p.add_argument("--plot", metavar="FILE", help="draw the curve as a PNG (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print the curve as JSON")
+    _common(p, needs_memory=False)
+    p.set_defaults(func=cmd_curve)
+    return parser

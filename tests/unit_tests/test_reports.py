@@ -1,0 +1,39 @@
+"""`AlignReport.merge`: one report for successive align calls."""
+
+from __future__ import annotations
+
+from langchain_memalign import AlignReport, Usage
+
+
+def test_merge_adds_up_and_keeps_only_what_still_fails() -> None:
+    first = AlignReport(
+        added=["a", "b"],
+        guidelines_added=["g1", "g2"],
+        failed=["b"],
+        errors=["reflection of ['b'] failed"],
+        usage=Usage(llm_calls=2, input_tokens=10),
+        seconds=1.0,
+    )
+    # the second call retried b successfully; its consolidation replaced g2 by g3
+    second = AlignReport(
+        added=["c"],
+        unchanged=["a"],
+        guidelines_added=["g3"],
+        guidelines_removed=["g2"],
+        guidelines_updated=["g1"],
+        usage=Usage(llm_calls=3, output_tokens=5),
+        seconds=2.0,
+    )
+    merged = AlignReport.merge([first, second])
+    assert merged.failed == []
+    assert merged.added == ["a", "b", "c"] and merged.unchanged == ["a"]
+    assert merged.guidelines_added == ["g1", "g3"] and merged.guidelines_removed == []
+    assert merged.guidelines_updated == []  # g1 is new to the caller: added, not updated
+    assert merged.errors == ["reflection of ['b'] failed"]
+    assert (merged.llm_calls, merged.total_tokens, merged.seconds) == (5, 15, 3.0)
+
+
+def test_merge_reports_a_failure_of_the_last_call() -> None:
+    merged = AlignReport.merge([AlignReport(added=["a"]), AlignReport(added=["b"], failed=["b"])])
+    assert merged.failed == ["b"]
+    assert AlignReport.merge([]) == AlignReport()
