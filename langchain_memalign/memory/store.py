@@ -40,6 +40,7 @@ INDEX_FILE = "episodes.faiss"
 # they may hold text of feedback unaligned since, so every open and save
 # removes them.
 LEFTOVER_PREFIXES = (".memory-", "." + INDEX_FILE + "-")
+_LEFTOVER_ENDS = (".tmp", ".tmp-journal", ".tmp-wal", ".tmp-shm")
 # Per-commit "before" images of changed episode payloads kept in process, so
 # that a reader holding an older memory version still sees that version's
 # episodes (see `episodes_by_rowid`).
@@ -133,7 +134,9 @@ def remove_leftovers(folder: Path) -> list[str]:
     removed: list[str] = []
     with contextlib.suppress(OSError):
         for p in folder.iterdir():
-            if not (p.name.startswith(LEFTOVER_PREFIXES) and p.name.endswith(".tmp")):
+            # SQLite's journal of a temporary copy killed mid-write ends in
+            # `.tmp-journal` and holds page images of the copy: text too.
+            if not (p.name.startswith(LEFTOVER_PREFIXES) and p.name.endswith(_LEFTOVER_ENDS)):
                 continue
             with contextlib.suppress(OSError):
                 if p.is_dir() and not p.is_symlink():

@@ -1,4 +1,4 @@
-"""The episode index cache is trusted only for the exact content it indexes (issue 13, point 2)."""
+"""The index cache is trusted only for the exact content it indexes (issue 13, point 2)."""
 
 from __future__ import annotations
 
