@@ -161,7 +161,7 @@ class MemoryStore:
         try:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA secure_delete=ON")
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, ValueError) as e:
             raise MemoryFormatError(f"{self._where()}: cannot open MemAlign memory ({e})") from e
 
     def _where(self) -> str:
@@ -187,7 +187,7 @@ class MemoryStore:
                     store.set_meta("schema_version", SCHEMA_VERSION)
                 if store.get_meta("memory_id") is None:
                     store.set_meta("memory_id", uuid.uuid4().hex)
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, ValueError) as e:
             store.close()
             raise MemoryFormatError(f"{folder}: not a MemAlign memory ({e})") from e
         store._check_format()
@@ -215,11 +215,14 @@ class MemoryStore:
                     t: {r[1] for r in self._conn.execute(f"PRAGMA table_info({t})")}
                     for t in _COLUMNS
                 }
-                self._conn.execute("SELECT count(*) FROM feedback").fetchone()
-        except sqlite3.DatabaseError as e:
+                missing = [
+                    f"{t}.{c}" for t, cols in _COLUMNS.items() for c in sorted(cols - found[t])
+                ]
+                if not missing:
+                    self._conn.execute("SELECT count(*) FROM feedback").fetchone()
+        except (sqlite3.DatabaseError, ValueError) as e:
             self.close()
             raise MemoryFormatError(f"{self.folder}: corrupt MemAlign memory ({e})") from e
-        missing = [f"{t}.{c}" for t, cols in _COLUMNS.items() for c in sorted(cols - found[t])]
         if missing:
             self.close()
             raise MemoryFormatError(
@@ -314,7 +317,7 @@ class MemoryStore:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.ProgrammingError:
                 raise
-            except sqlite3.DatabaseError as e:
+            except (sqlite3.DatabaseError, ValueError) as e:
                 raise MemoryFormatError(f"{self._where()}: cannot write the memory ({e})") from e
             self._tx_before = {}
             try:
@@ -328,7 +331,8 @@ class MemoryStore:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
                 self._tx_before = None
-                if isinstance(e, sqlite3.DatabaseError) and not isinstance(
+                # UnicodeDecodeError: text of a corrupt page read during the write.
+                if isinstance(e, sqlite3.DatabaseError | UnicodeDecodeError) and not isinstance(
                     e, sqlite3.ProgrammingError
                 ):
                     raise MemoryFormatError(
@@ -676,7 +680,7 @@ def _connect(db: Path) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA synchronous=FULL")
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: undecodable schema text
         raise MemoryFormatError(f"{db}: cannot open MemAlign memory ({e})") from e
     return conn
 
