@@ -19,6 +19,8 @@ from fakes import HashEmbeddings
 from langchain_memalign import MemAlignJudge
 from langchain_memalign.memory.store import DB_FILE, INDEX_FILE, MemoryStore
 
+# CI kills 4 times; MEMALIGN_KILLS=40 runs the figure quoted in docs/persistence.md.
+KILLS = int(os.environ.get("MEMALIGN_KILLS", "4"))
 SECRET = "Quokka-7741 zebra rationale: never quote the internal ticket number"
 SECRET_CASE = fb(
     "secret",
@@ -126,7 +128,7 @@ def test_sigkill_during_save_loop_leaves_an_openable_folder_and_no_removed_text(
     code = _WORKER.format(tests=tests, folder=str(folder))
     rng = np.random.default_rng(13)
     kills, opened = 0, 0
-    for _ in range(4):
+    for _ in range(KILLS):
         proc = subprocess.Popen(
             [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -149,4 +151,4 @@ def test_sigkill_during_save_loop_leaves_an_openable_folder_and_no_removed_text(
             judge.save(folder)
             assert text is not None and text.encode() not in _folder_bytes(folder)
         judge.close()
-    assert kills == 4 and opened >= 1
+    assert kills == KILLS and opened >= 1
