@@ -56,7 +56,10 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "source_support": (-1.0, 1.0),
 }
 # Views kept by version number, so the steps of one judgment can share one.
-_KEPT_VIEWS = 8
+# Each kept view pins its own copy of the FAISS index, so only the current
+# and the previous version are kept: a judgment that outlives two writes
+# continues on the newest version.
+_KEPT_VIEWS = 2
 
 
 @dataclass(frozen=True, eq=False)

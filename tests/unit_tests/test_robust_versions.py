@@ -51,12 +51,14 @@ def test_an_old_view_keeps_its_version_after_writes(make_judge: Any) -> None:
     q = mem.embed([mem.case_text(SWEATER.inputs, SWEATER.outputs)])[0]
     before = mem.retrieve(q, view=view)
     guidelines = mem.select_guidelines(q, view=view)
+    assert mem.snapshot(view.seq) is view
     judge.unalign(["sweater"])
+    assert mem.snapshot(view.seq) is view  # the previous version is kept by number
     judge.align([SWEATER.model_copy(update={"id": "hours", "value": False})])  # replaced
     assert mem.retrieve(q, view=view) == before  # same episodes, same payloads
     assert mem.select_guidelines(q, view=view) == guidelines
     assert {e.feedback_id for e in before} == {"sweater", "hours", "rude"}
-    assert mem.snapshot(view.seq) is view  # kept by version for steps that run apart
+    assert mem.snapshot(view.seq) is mem.snapshot()  # too old: the newest
     now = mem.retrieve(q)
     assert "sweater" not in {e.feedback_id for e in now}
     assert [e.value for e in now if e.feedback_id == "hours"] == [False]
