@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticSerializationError, to_json
 
 from langchain_memalign._text import stable_hash
 
@@ -99,4 +100,12 @@ def storable_problem(value: Any, depth: int = 0) -> str | None:
         return None
     if isinstance(value, BaseModel):
         return storable_problem(value.model_dump(), depth + 1)
+    if value is None or isinstance(value, bool | int):
+        return None
+    # Anything else (dates, UUIDs, custom objects) is stored as pydantic writes
+    # it: find out now, before an align spends model calls on it.
+    try:
+        to_json(value)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return f"holds a {type(value).__name__} that cannot be stored as JSON"
     return None

@@ -168,3 +168,14 @@ def test_store_refuses_unstorable_feedback_without_partial_write(tmp_path: Path)
             store.put_feedback(conn, bad, reflected=True)
     assert store.feedback_ids() == [] and store.change_seq() == seq
     store.close()
+
+
+def test_unserializable_content_is_refused_before_any_model_call(
+    make_judge: Any, model: Any
+) -> None:
+    judge = make_judge()
+    calls = len(model.calls)
+    item = {"id": "obj", "inputs": {"x": object()}, "value": True, "rationale": "Because."}
+    with pytest.raises(InvalidFeedbackError, match="cannot be stored as JSON"):
+        judge.align([item])
+    assert len(model.calls) == calls and judge.feedback_ids == []
