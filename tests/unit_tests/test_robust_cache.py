@@ -161,3 +161,25 @@ def test_memory_id_and_content_version(tmp_path: Path) -> None:
     assert after["content_version"] != before["content_version"]
     a.close()
     b.close()
+
+
+def test_save_after_a_write_that_failed_past_its_commit_rebuilds_the_index(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge = make_judge(path=tmp_path)
+    judge.align([SWEATER])
+
+    def outage(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("index update failed after the commit")
+
+    monkeypatch.setattr(EpisodicIndex, "add", outage)
+    with pytest.raises(RuntimeError, match="after the commit"):
+        judge.align([HOURS])
+    monkeypatch.undo()
+    assert judge.stats()["episodes"] == 2 and len(judge.memory.index) == 1
+    judge.save(tmp_path)
+    assert len(judge.memory.index) == 2 and _index_matches_store(judge)
+    assert _retrieval_hits(judge, [SWEATER, HOURS]) == 2
+    judge.close()
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert _index_matches_store(loaded)

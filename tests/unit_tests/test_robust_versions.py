@@ -135,3 +135,29 @@ def test_retrieve_gives_k_episodes_while_unaligns_run(
     assert time.monotonic() - started < 60
     assert reads[0] > 20
     assert short == []
+
+
+@pytest.mark.parametrize("hnsw", [False, True])
+def test_frozen_index_view_is_unaffected_by_later_changes(hnsw: bool) -> None:
+    import numpy as np
+
+    from langchain_memalign.memory.episodic import EpisodicIndex
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(60, 16)).astype(np.float32)
+    index = EpisodicIndex.build(
+        list(range(1, 41)), vectors[:40], hnsw_threshold=10 if hnsw else 1000
+    )
+    assert index.kind == ("hnsw" if hnsw else "flat")
+    view = index.frozen()
+    queries = vectors[:5]
+    before = [view.search(q, 5) for q in queries]
+    index.remove(list(range(1, 20)))
+    index.add(list(range(41, 61)), vectors[40:])
+    assert len(view) == 40 and len(index) == 41
+    assert [view.search(q, 5) for q in queries] == before
+    assert set(view.ids().tolist()) == set(range(1, 41))
+    with pytest.raises(RuntimeError, match="frozen"):
+        view.add([99], vectors[:1])
+    with pytest.raises(RuntimeError, match="frozen"):
+        view.remove([1])
