@@ -332,6 +332,10 @@ class JudgeMemory:
         """
         with self.write_lock:
             seq = self.store.change_seq()
+            if len(self.index) != self.store.count("episodes"):
+                # An earlier write committed but failed before updating the
+                # index: the stored vectors are the truth.
+                self.index = self._rebuild_index()
             guidelines, vectors = self.store.load_guidelines()
             view = MemoryView(seq, tuple(guidelines), vectors, self.index.frozen())
             self._views[seq] = view

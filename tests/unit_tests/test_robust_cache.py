@@ -183,3 +183,10 @@ def test_save_after_a_write_that_failed_past_its_commit_rebuilds_the_index(
     judge.close()
     loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert _index_matches_store(loaded)
+    # The next write heals the index too, without a save.
+    monkeypatch.setattr(EpisodicIndex, "add", outage)
+    with pytest.raises(RuntimeError, match="after the commit"):
+        loaded.align([RUDE])
+    monkeypatch.undo()
+    loaded.align([OTHER[0]])
+    assert len(loaded.memory.index) == 4 and _index_matches_store(loaded)
