@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ class JudgeMemory:
         self.index = EpisodicIndex(**self._index_options())
         self._view = MemoryView(0, (), None, self.index.frozen())
         self._views: OrderedDict[int, MemoryView] = OrderedDict()
+        # Every view still referenced (by a running judgment or `_views`).
+        self._live: weakref.WeakSet[MemoryView] = weakref.WeakSet()
 
     # -- opening -------------------------------------------------------------------
 
@@ -343,6 +346,8 @@ class JudgeMemory:
             while len(self._views) > _KEPT_VIEWS:
                 self._views.popitem(last=False)
             self._view = view
+            self._live.add(view)
+            self.store.forget_versions(min(v.seq for v in list(self._live)))
 
     def refresh_guidelines(self) -> None:
         """Publish the committed guidelines and the updated index as one new version.

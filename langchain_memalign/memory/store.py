@@ -517,6 +517,16 @@ class MemoryStore:
         with self.lock, self._reading("episodes"):
             return [int(r[0]) for r in self._conn.execute("SELECT rowid FROM episodes ORDER BY 1")]
 
+    def forget_versions(self, up_to: int) -> None:
+        """Drop the before-images no reader needs: those of commits up to version `up_to`.
+
+        A reader at version v needs the images of commits after v only; the
+        memory calls this with the oldest version a reader still holds, so
+        text of unaligned feedback does not linger in process memory.
+        """
+        with self.lock:
+            self._versions = [(seq, before) for seq, before in self._versions if seq > up_to]
+
     def episode_dim(self) -> int | None:
         """The dimension of the stored episode vectors (None without episodes)."""
         with self.lock, self._reading("episodes"):

@@ -161,3 +161,26 @@ def test_frozen_index_view_is_unaffected_by_later_changes(hnsw: bool) -> None:
         view.add([99], vectors[:1])
     with pytest.raises(RuntimeError, match="frozen"):
         view.remove([1])
+
+
+def test_before_images_are_dropped_once_no_reader_holds_an_old_version(
+    make_judge: Any,
+) -> None:
+    import gc
+
+    judge = make_judge(k=K)
+    judge.align([SWEATER, HOURS, RUDE])
+    mem = judge.memory
+    view = mem.snapshot()
+    judge.unalign(["sweater"])
+
+    def kept() -> str:
+        return " ".join(p for _, before in mem.store._versions for p in before.values())
+
+    assert "disappointment" in kept()  # the old view may still need it
+    assert [e.feedback_id for e in mem.retrieve(mem.embed(["sweater"])[0], k=5, view=view)]
+    del view
+    gc.collect()
+    judge.align([fb("x", "another question", "a", True)])
+    judge.align([fb("y", "yet another question", "a", True)])
+    assert "disappointment" not in kept()  # no reader left: the removed text is gone
