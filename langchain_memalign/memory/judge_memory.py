@@ -154,7 +154,8 @@ class JudgeMemory:
     def reload(self) -> None:
         """Rebuild the in-process views from the store (index from cache or stored vectors)."""
         with self.write_lock:
-            self.index = self._read_index_cache() or self._rebuild_index()
+            cached = self._read_index_cache()
+            self.index = cached if cached is not None else self._rebuild_index()
             self._publish()
 
     def _index_options(self) -> dict[str, Any]:

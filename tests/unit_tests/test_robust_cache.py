@@ -190,3 +190,25 @@ def test_save_after_a_write_that_failed_past_its_commit_rebuilds_the_index(
     monkeypatch.undo()
     loaded.align([OTHER[0]])
     assert len(loaded.memory.index) == 4 and _index_matches_store(loaded)
+
+
+def test_a_folder_from_before_cache_headers_opens_and_rebuilds(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    import faiss
+
+    judge = make_judge(path=tmp_path)
+    judge.align([SWEATER, HOURS])
+    judge.close()
+    # What the previous version wrote: no memory id, a plain FAISS file.
+    with sqlite3.connect(tmp_path / "memory.sqlite") as conn:
+        conn.execute("DELETE FROM meta WHERE key IN ('memory_id', 'content_version')")
+        conn.execute("INSERT INTO meta(key, value) VALUES('index_seq', '1')")
+    faiss.write_index(faiss.IndexIDMap2(faiss.IndexFlatIP(64)), str(tmp_path / INDEX_FILE))
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert _index_matches_store(loaded) and len(loaded.memory.index) == 2
+    assert loaded.memory.store.identity()["memory_id"]
+    loaded.close()
+    assert EpisodicIndex.read_header(str(tmp_path / INDEX_FILE))["count"] == 2
