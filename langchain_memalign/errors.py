@@ -14,7 +14,16 @@ class MemAlignError(Exception):
 
 
 class InvalidFeedbackError(MemAlignError, ValueError):
-    """A feedback item is malformed or its value is outside the judge's scale."""
+    """A feedback item is malformed or its value is outside the judge's scale.
+
+    Raised by `align` (before any model call) and by the store itself for
+    content that cannot be stored unchanged: NaN or Infinity anywhere in the
+    values or metadata (JSON would turn them into `null`), text that is not
+    valid Unicode (a lone surrogate), nesting deeper than 64 levels, or
+    objects that cannot be serialized. Nothing of the call is stored.
+    Constructing a `Feedback` directly with such content raises pydantic's
+    `ValidationError` (also a `ValueError`).
+    """
 
     def __init__(self, message: str, *, feedback_id: str | None = None) -> None:
         super().__init__(message)
@@ -56,7 +65,19 @@ class ReflectionError(MemAlignError):
 
 
 class MemoryFormatError(MemAlignError):
-    """A memory folder is missing, corrupt, or from an incompatible version."""
+    """A memory folder is missing, corrupt, or from an incompatible version.
+
+    Raised when opening a folder (`MemAlignJudge.load`, the constructor with
+    `path`, `memalign show`) and by any later read or write of it, instead of
+    the raw `sqlite3`, JSON or pydantic error underneath: an unreadable or
+    truncated `memory.sqlite`, a missing table or column, another schema
+    version, unparsable JSON in the `meta` table (the message names the key),
+    a stored configuration that is invalid or has a number outside the
+    accepted bounds (the message names the field), a damaged row. It is also
+    raised when an existing folder holds another judge (different name, scale
+    or embedded text). A damaged `episodes.faiss` cache never raises: it is
+    rebuilt from the stored vectors.
+    """
 
 
 class EmbeddingMismatchError(MemAlignError):

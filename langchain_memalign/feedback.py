@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticSerializationError, to_json
 
 from langchain_memalign._text import stable_hash
 
@@ -43,9 +45,67 @@ class Feedback(BaseModel):
     def _blank_rationale_is_none(cls, v: str | None) -> str | None:
         return v if v and v.strip() else None
 
+    @model_validator(mode="after")
+    def _storable(self) -> Feedback:
+        # Refuse here what could not be stored as it is: JSON has no NaN or
+        # Infinity (they would come back as null) and SQLite's UTF-8 text has
+        # no lone surrogates. Refusing at construction means no model call is
+        # spent on feedback that would fail to store.
+        for field in ("inputs", "outputs", "reference_outputs", "value", "metadata"):
+            problem = storable_problem(getattr(self, field))
+            if problem:
+                raise ValueError(f"{field} {problem}")
+        for field in ("id", "rationale", "annotator"):
+            problem = storable_problem(getattr(self, field))
+            if problem:
+                raise ValueError(f"{field} {problem}")
+        return self
+
     def content_hash(self) -> str:
         """Hash of everything that changes what the judge learns from this item."""
         return stable_hash(
             [self.inputs, self.outputs, self.reference_outputs, self.value, self.rationale,
              self.annotator]
         )  # fmt: skip
+
+
+# Deeper nesting than this is refused rather than risking a RecursionError
+# while hashing, serializing or rendering the content.
+MAX_NESTING = 64
+
+
+def storable_problem(value: Any, depth: int = 0) -> str | None:
+    """Why `value` cannot be stored as JSON text unchanged, or None if it can."""
+    if depth > MAX_NESTING:
+        return f"is nested more than {MAX_NESTING} levels deep"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"holds {value!r} (JSON has no NaN or Infinity)"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "holds text that is not valid Unicode (a lone surrogate)"
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            problem = storable_problem(k, depth + 1) or storable_problem(v, depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            problem = storable_problem(v, depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, BaseModel):
+        return storable_problem(value.model_dump(), depth + 1)
+    if value is None or isinstance(value, bool | int):
+        return None
+    # Anything else (dates, UUIDs, custom objects) is stored as pydantic writes
+    # it: find out now, before an align spends model calls on it.
+    try:
+        to_json(value)
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return f"holds a {type(value).__name__} that cannot be stored as JSON"
+    return None

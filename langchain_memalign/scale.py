@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from langchain_memalign.errors import InvalidFeedbackError
 
@@ -171,10 +171,15 @@ class Scale(BaseModel):
         Asking for the reasoning before the verdict measurably helps small models.
         """
         score_field: Any
+        score_type: Any = self.score_type()
+        if self.kind == "numeric":
+            # pydantic reads `true` as 1 for an int or a Literal[1, ...]: a model
+            # answering true/false on a 1-5 scale must be retried, not scored 1.
+            score_type = Annotated[score_type, BeforeValidator(_no_bool)]
         if self.kind == "numeric" and self.score_type() in (int, float):
-            score_field = (self.score_type(), Field(ge=self.low, le=self.high))
+            score_field = (score_type, Field(ge=self.low, le=self.high))
         else:
-            score_field = (self.score_type(), Field(description=self.describe()))
+            score_field = (score_type, Field(description=self.describe()))
         return create_model(
             "JudgeVerdict",
             __doc__="The judge's verdict: a short rationale, then the score.",
@@ -189,6 +194,12 @@ class Scale(BaseModel):
             ),
             score=score_field,
         )
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError(f"{v!r} is not a score on a numeric scale (give a number)")
+    return v
 
 
 def _is_number(x: Any) -> bool:

@@ -32,6 +32,7 @@ def write_atomic(path: Path, write: Any) -> None:
         write(tmp)
         fsync(tmp)
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -9,11 +9,20 @@ Small memories use an exact flat index. Past `hnsw_threshold` vectors the
 index becomes HNSW (approximate, sub-linear search). HNSW cannot delete, so
 removals become tombstones filtered out at search time, and the graph is
 rebuilt from its live vectors once tombstones exceed `rebuild_ratio`.
+
+Readers get frozen views (`frozen`): a writer that changes the index after a
+view was taken first copies the FAISS object, so a judgment never sees half
+of a write. The cache file starts with a JSON header naming the content it
+indexes (see `write` and `read_header`), so a stale or foreign file is
+detected before FAISS parses a byte of it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -82,6 +91,16 @@ class Episode(BaseModel):
     similarity: float = 0.0
 
 
+# Cache file: MAGIC, a 4-byte little-endian header length, the JSON header,
+# then FAISS's own serialization of the index.
+MAGIC = b"MEMALIGN-FAISS\n"
+_MAX_HEADER = 1 << 16
+
+
+class IndexFileError(ValueError):
+    """An index cache file that is not one this library wrote, or is damaged."""
+
+
 def as_matrix(vectors: Any) -> np.ndarray:
     """Vectors as a C-contiguous, L2-normalized float32 matrix."""
     arr = np.array(vectors, dtype=np.float32, order="C", copy=True)
@@ -109,6 +128,9 @@ class EpisodicIndex:
         self._index: Any = None
         self._tombstones: set[int] = set()
         self._selector: Any = None
+        # True once a frozen view shares `_index`: the next change copies it first.
+        self._shared = False
+        self._frozen = False
         self.dim = dim
         self.hnsw_threshold = hnsw_threshold
         self.hnsw_m = hnsw_m
@@ -148,6 +170,36 @@ class EpisodicIndex:
         """Deleted vectors still in an HNSW graph."""
         return len(self._tombstones)
 
+    def frozen(self) -> EpisodicIndex:
+        """A read-only view of the index as it is now, unaffected by later changes.
+
+        The view shares the FAISS object; the next change to this index copies
+        it first (copy-on-write), so taking a view costs nothing and a write
+        costs one copy of the index.
+        """
+        with self._lock:
+            view = EpisodicIndex.__new__(EpisodicIndex)
+            view._lock = threading.RLock()
+            view._index = self._index
+            view._tombstones = set(self._tombstones)
+            view._selector = None
+            view._shared = True
+            view._frozen = True
+            for name in ("dim", "hnsw_threshold", "hnsw_m", "ef_construction", "ef_search"):
+                setattr(view, name, getattr(self, name))
+            view.rebuild_ratio = self.rebuild_ratio
+            self._shared = self._index is not None
+            return view
+
+    def _own(self) -> None:
+        """Before a change: refuse on a view, copy the FAISS object if a view shares it."""
+        if self._frozen:
+            raise RuntimeError("a frozen view of the episode index cannot change")
+        if self._shared and self._index is not None:
+            self._index = faiss.clone_index(self._index)
+            self._selector = None
+        self._shared = False
+
     def add(self, ids: Sequence[int], vectors: Any) -> None:
         """Add vectors under new ids (episode row ids are never reused)."""
         if len(ids) == 0:
@@ -156,6 +208,7 @@ class EpisodicIndex:
         if mat.shape[0] != len(ids):
             raise ValueError(f"{len(ids)} ids but {mat.shape[0]} vectors")
         with self._lock:
+            self._own()
             if self._index is None:
                 self.dim = int(mat.shape[1])
                 self._index = self._new_flat(self.dim)
@@ -181,8 +234,12 @@ class EpisodicIndex:
             if self._index is None:
                 return
             if self.kind == "flat":
+                self._own()
                 self._index.remove_ids(np.asarray(ids, dtype=np.int64))
                 return
+            # HNSW removal only adds tombstones: the shared graph is not touched.
+            if self._frozen:
+                raise RuntimeError("a frozen view of the episode index cannot change")
             present = faiss.vector_to_array(self._index.id_map)
             self._tombstones.update(int(i) for i in np.intersect1d(present, ids))
             self._selector = None
@@ -204,6 +261,7 @@ class EpisodicIndex:
         with _all_cores():
             index.add_with_ids(vectors, ids)
         self._index = index
+        self._shared = False
         self._tombstones = set()
         self._selector = None
 
@@ -229,25 +287,82 @@ class EpisodicIndex:
                 scores, ids = self._index.search(query, k)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i != -1]
 
-    def write(self, path: str) -> None:
+    def ids(self) -> np.ndarray:
+        """The live ids, ascending."""
+        with self._lock:
+            if self._index is None:
+                return np.zeros(0, dtype=np.int64)
+            ids = faiss.vector_to_array(self._index.id_map).astype(np.int64)
+            if self._tombstones:
+                ids = ids[~np.isin(ids, np.fromiter(self._tombstones, dtype=np.int64))]
+            return np.sort(ids)
+
+    def write(self, path: str, header: dict[str, Any] | None = None) -> None:
         """Write the index to `path` (callers make this atomic).
 
         Tombstoned vectors are dropped first, so the file holds only live ones.
+        The file starts with a JSON header: `header` (what the index describes)
+        plus the dimension, the count and a digest of the FAISS bytes.
         """
         with self._lock:
-            if self._index is None:
-                return
             if self._tombstones:
+                if self._frozen:  # a view cannot compact itself: write a compact copy
+                    copy = EpisodicIndex(**self._options())
+                    copy.dim, copy._index = self.dim, self._index
+                    copy._tombstones, copy._shared = set(self._tombstones), True
+                    copy.write(path, header)
+                    return
                 self._rebuild(hnsw=self.kind == "hnsw")
-            faiss.write_index(self._index, path)
+            body = b"" if self._index is None else faiss.serialize_index(self._index).tobytes()
+            meta = {
+                **(header or {}),
+                "dim": self.dim,
+                "count": len(self),
+                "digest": hashlib.blake2b(body, digest_size=16).hexdigest(),
+            }
+        head = json.dumps(meta, sort_keys=True).encode()
+        with open(path, "wb") as f:
+            f.write(MAGIC + struct.pack("<I", len(head)) + head + body)
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "hnsw_threshold": self.hnsw_threshold, "hnsw_m": self.hnsw_m,
+            "ef_construction": self.ef_construction, "ef_search": self.ef_search,
+            "rebuild_ratio": self.rebuild_ratio,
+        }  # fmt: skip
+
+    @staticmethod
+    def read_header(path: str) -> dict[str, Any]:
+        """The JSON header of an index file (`IndexFileError` if it has none)."""
+        with open(path, "rb") as f:
+            head = _read_header(f)
+        return head
 
     @classmethod
     def read(cls, path: str, **options: Any) -> EpisodicIndex:
-        """Read an index written by `write`."""
+        """Read an index written by `write` (or a plain FAISS file from older versions).
+
+        Raises `IndexFileError` if the bytes do not match the header's digest,
+        dimension or count: damaged bytes never reach FAISS's parser.
+        """
+        with open(path, "rb") as f:
+            start = f.read(len(MAGIC))
+            if start == MAGIC:
+                f.seek(0)
+                head = _read_header(f)
+                body = f.read()
+                digest = hashlib.blake2b(body, digest_size=16).hexdigest()
+                if digest != head.get("digest"):
+                    raise IndexFileError(f"{path}: index bytes do not match their digest")
+                raw: Any = faiss.deserialize_index(np.frombuffer(body, dtype=np.uint8))
+            else:
+                head = None
+                raw = faiss.read_index(path)
         index = cls(**options)
-        raw: Any = faiss.read_index(path)
         index._index = raw
         index.dim = int(raw.d)
+        if head is not None and (head.get("dim") != index.dim or head.get("count") != len(index)):
+            raise IndexFileError(f"{path}: index does not match its header")
         if index.kind == "hnsw":  # the file carries the efSearch it was saved with
             inner: Any = faiss.downcast_index(raw.index)
             inner.hnsw.efSearch = index.ef_search
@@ -266,3 +381,21 @@ class EpisodicIndex:
         with _all_cores():
             index._index.add_with_ids(mat, np.asarray(ids, dtype=np.int64))
         return index
+
+
+def _read_header(f: Any) -> dict[str, Any]:
+    if f.read(len(MAGIC)) != MAGIC:
+        raise IndexFileError("not a MemAlign index file")
+    raw = f.read(4)
+    if len(raw) != 4:
+        raise IndexFileError("truncated index file")
+    (n,) = struct.unpack("<I", raw)
+    if n > _MAX_HEADER:
+        raise IndexFileError("index file header too large")
+    try:
+        head = json.loads(f.read(n))
+    except ValueError as e:
+        raise IndexFileError(f"unreadable index file header ({e})") from e
+    if not isinstance(head, dict):
+        raise IndexFileError("index file header is not an object")
+    return head

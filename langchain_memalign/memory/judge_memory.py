@@ -1,22 +1,30 @@
 """The dual memory of one judge: SQLite store, FAISS episodes and guideline snapshot.
 
-Readers (judgments) work on immutable snapshots and the thread-safe index,
+Readers (judgments) work on immutable versions of the memory (`MemoryView`),
 so many threads can judge while an alignment writes: a writer commits to
-SQLite first and then swaps the in-process views.
+SQLite first, then changes its own copy of the index (copy-on-write) and
+publishes a new view in one assignment. A reader that takes one view per
+judgment sees guidelines and episodes of the same committed version.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
+from pydantic import ValidationError
 
 from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig
@@ -25,11 +33,50 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
-from langchain_memalign.memory.store import INDEX_FILE, MemoryStore
+from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, remove_leftovers
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
 
 logger = logging.getLogger(__name__)
+
+# Bounds on the numbers of a judge configuration. A folder is untrusted input:
+# `max_retries: 1e9` read from one would spend a billion model calls on one
+# judgment, so a folder outside these bounds is refused (not clamped: a
+# silently different judge is worse than a clear error), and a new judge
+# cannot be created outside them either, so every saved judge reopens.
+CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
+    "k": (0, 1_000),
+    "max_retries": (0, 10),
+    "guideline_token_budget": (50, 200_000),
+    "episode_max_chars": (100, 200_000),
+    "embed_max_chars": (50, 200_000),
+    "reflect_batch_size": (1, 1_000),
+    "hnsw_threshold": (1, 1_000_000_000),
+    "hnsw_ef_search": (1, 100_000),
+    "validate_max_calls": (0, 10_000),
+    "reflect_contrast": (0, 32),
+    "source_support": (-1.0, 1.0),
+}
+# Views kept by version number, so the steps of one judgment can share one.
+# Each kept view pins its own copy of the FAISS index, so only the current
+# and the previous version are kept: a judgment that outlives two writes
+# continues on the newest version.
+_KEPT_VIEWS = 2
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryView:
+    """One committed version of the memory, as judgments read it.
+
+    `seq` is the memory's change sequence at that version; the guidelines,
+    their vectors and the episode index all belong to it, and episodes are
+    fetched as of it (see `JudgeMemory.retrieve`).
+    """
+
+    seq: int
+    guidelines: tuple[Guideline, ...]
+    guideline_vectors: np.ndarray | None
+    index: EpisodicIndex
 
 
 class JudgeMemory:
@@ -41,9 +88,12 @@ class JudgeMemory:
         self.config = config
         # Serializes align/unalign/save; judgments never take it.
         self.write_lock = threading.RLock()
+        # The writer's index: changed after each commit, then published in a view.
         self.index = EpisodicIndex(**self._index_options())
-        self._guidelines: tuple[Guideline, ...] = ()
-        self._guideline_vectors: np.ndarray | None = None
+        self._view = MemoryView(0, (), None, self.index.frozen())
+        self._views: OrderedDict[int, MemoryView] = OrderedDict()
+        # Every view still referenced (by a running judgment or `_views`).
+        self._live: weakref.WeakSet[MemoryView] = weakref.WeakSet()
         # Every embedding call of this memory, for callers that report costs
         # (embedding models have no LangChain callbacks to count them with).
         self._embedding_lock = threading.Lock()
@@ -57,17 +107,22 @@ class JudgeMemory:
         cls, folder: str | os.PathLike[str] | None, embeddings: Embeddings, config: JudgeConfig
     ) -> JudgeMemory:
         """Open (or start) the memory in `folder` for this config; `None` keeps it in process."""
+        check_config_bounds(config.model_dump(mode="json"), where=None)
         store = MemoryStore.create(folder)
-        stored = store.get_meta("config")
-        if stored is None:
-            store.set_meta("config", config.model_dump(mode="json"))
-            store.set_meta("embeddings", embeddings_fingerprint(embeddings))
-        else:
-            _check_identity(JudgeConfig.model_validate(stored), config, folder)
-            store.set_meta("config", config.model_dump(mode="json"))
-        memory = cls(store, embeddings, config)
-        memory._check_embeddings()
-        memory.reload()
+        try:
+            stored = store.get_meta("config")
+            if stored is None:
+                store.set_meta("config", config.model_dump(mode="json"))
+                store.set_meta("embeddings", embeddings_fingerprint(embeddings))
+            else:
+                _check_identity(_stored_config(stored, folder), config, folder)
+                store.set_meta("config", config.model_dump(mode="json"))
+            memory = cls(store, embeddings, config)
+            memory._check_embeddings()
+            memory.reload()
+        except BaseException:
+            store.close()
+            raise
         return memory
 
     @classmethod
@@ -76,15 +131,20 @@ class JudgeMemory:
     ) -> JudgeMemory:
         """Open a saved memory; makes no embedding call."""
         store = MemoryStore.open(folder)
-        stored = store.get_meta("config")
-        if stored is None:
-            raise MemoryFormatError(f"{folder}: memory has no judge configuration")
-        old = JudgeConfig.model_validate(stored)
-        config = JudgeConfig.model_validate({**stored, **overrides})
-        _check_identity(old, config, folder)
-        memory = cls(store, embeddings, config)
-        memory._check_embeddings()
-        memory.reload()
+        try:
+            stored = store.get_meta("config")
+            if stored is None:
+                raise MemoryFormatError(f"{folder}: memory has no judge configuration")
+            old = _stored_config(stored, folder)
+            config = JudgeConfig.model_validate({**stored, **overrides})
+            check_config_bounds(config.model_dump(mode="json"), where=None)
+            _check_identity(old, config, folder)
+            memory = cls(store, embeddings, config)
+            memory._check_embeddings()
+            memory.reload()
+        except BaseException:
+            store.close()
+            raise
         return memory
 
     def _check_embeddings(self) -> None:
@@ -100,10 +160,9 @@ class JudgeMemory:
     def reload(self) -> None:
         """Rebuild the in-process views from the store (index from cache or stored vectors)."""
         with self.write_lock:
-            index = self._read_index_cache() or self._rebuild_index()
-            guidelines, vectors = self.store.load_guidelines()
-            self.index = index
-            self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
+            cached = self._read_index_cache()
+            self.index = cached if cached is not None else self._rebuild_index()
+            self._publish()
 
     def _index_options(self) -> dict[str, Any]:
         return {
@@ -116,21 +175,41 @@ class JudgeMemory:
         return EpisodicIndex.build(ids, vectors, **self._index_options())
 
     def _read_index_cache(self) -> EpisodicIndex | None:
+        """The cached index if it describes exactly the stored episodes, else None.
+
+        The cache is trusted only if its header names this memory (id), this
+        content version and the stored dimension and count, its bytes match
+        their digest and its ids are the stored episodes' row ids. Anything
+        else (another judge's file, a file from before a later commit, damaged
+        bytes, whatever FAISS raises) rebuilds the index from the stored
+        vectors, and the untrusted file is deleted: it may hold vectors of
+        feedback unaligned since.
+        """
         folder = self.store.folder
         if folder is None or not (folder / INDEX_FILE).is_file():
             return None
-        if self.store.get_meta("index_seq") != self.store.get_meta("change_seq"):
-            logger.debug("%s: stale index cache, rebuilding it from the stored vectors", folder)
-            return None
+        path = folder / INDEX_FILE
+        identity = self.store.identity()
+        rowids = self.store.episode_rowids()
+        dim = self.store.episode_dim()
         try:
-            index = EpisodicIndex.read(str(folder / INDEX_FILE), **self._index_options())
-        except RuntimeError as e:  # a damaged cache is rebuilt, never trusted
-            logger.warning("%s: damaged index cache (%s), rebuilding it", folder / INDEX_FILE, e)
-            return None
-        if len(index) != self.store.count("episodes"):
-            logger.warning("%s: index cache out of step, rebuilding it", folder / INDEX_FILE)
-            return None
+            head = EpisodicIndex.read_header(str(path))
+            expected = {**identity, "count": len(rowids), "dim": dim}
+            if any(head.get(key) != value for key, value in expected.items()):
+                return self._drop_cache(path)
+            index = EpisodicIndex.read(str(path), **self._index_options())
+            if index.dim != dim or not np.array_equal(index.ids(), np.asarray(rowids)):
+                return self._drop_cache(path)
+        except Exception:  # a damaged cache is rebuilt, never trusted
+            return self._drop_cache(path)
         return index
+
+    @staticmethod
+    def _drop_cache(path: Path) -> None:
+        logger.warning("%s: damaged, stale or foreign index cache; rebuilding it", path)
+        with contextlib.suppress(OSError):  # a read-only folder still opens
+            path.unlink()
+        return None
 
     def save(self, folder: str | os.PathLike[str]) -> None:
         """Write the memory to `folder` atomically, with a fresh index cache."""
@@ -138,16 +217,21 @@ class JudgeMemory:
         with self.write_lock:
             if self.store.folder is None or target.resolve() != self.store.folder.resolve():
                 self.store.backup_to(target)
+            else:
+                remove_leftovers(target)
+            identity = self.store.identity()
+            if self._view.seq != identity["change_seq"] or len(self.index) != self.store.count(
+                "episodes"
+            ):
+                # A write committed but failed before updating the index: the
+                # stored vectors are the truth.
+                self.index = self._rebuild_index()
+                self._publish()
             if not len(self.index):
                 (target / INDEX_FILE).unlink(missing_ok=True)
             else:
-                write_atomic(target / INDEX_FILE, self.index.write)
-                # Stamp the copy (not only this store) so a load can trust the cache.
-                copy = MemoryStore.open(target)
-                try:
-                    copy.set_meta("index_seq", copy.get_meta("change_seq"))
-                finally:
-                    copy.close()
+                index = self.index
+                write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
 
     # -- embedding -------------------------------------------------------------------
 
@@ -190,38 +274,62 @@ class JudgeMemory:
 
     # -- reading ---------------------------------------------------------------------
 
+    def snapshot(self, seq: int | None = None) -> MemoryView:
+        """The newest published version of the memory, or version `seq` if still kept.
+
+        A judgment should take one view and pass it to `select_guidelines`,
+        `retrieve` and `needs_query_vector`, so all three read one version
+        even while an align commits. Steps that run apart can share the view
+        by its `seq`; an unknown `seq` gives the newest view.
+        """
+        if seq is not None:
+            view = self._views.get(seq)
+            if view is not None:
+                return view
+        return self._view
+
     @property
     def guidelines(self) -> tuple[Guideline, ...]:
         """The current guidelines (an immutable snapshot)."""
-        return self._guidelines
+        return self._view.guidelines
 
     @property
     def guideline_vectors(self) -> np.ndarray | None:
         """Vectors of the current guidelines, row-aligned with `guidelines`."""
-        return self._guideline_vectors
+        return self._view.guideline_vectors
 
-    def needs_query_vector(self) -> bool:
+    def needs_query_vector(self, view: MemoryView | None = None) -> bool:
         """Whether a judgment needs the case embedded (nothing to retrieve: no call)."""
-        over_budget = total_tokens(self._guidelines) > self.config.guideline_token_budget
-        return (len(self.index) > 0 and self.config.k > 0) or over_budget
+        view = view or self._view
+        over_budget = total_tokens(view.guidelines) > self.config.guideline_token_budget
+        return (len(view.index) > 0 and self.config.k > 0) or over_budget
 
-    def select_guidelines(self, query_vector: Any) -> list[Guideline]:
+    def select_guidelines(
+        self, query_vector: Any, view: MemoryView | None = None
+    ) -> list[Guideline]:
         """Guidelines for a judgment's working memory, within the token budget."""
-        guidelines, vectors = self._guidelines, self._guideline_vectors
+        view = view or self._view
         q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
-        return select_guidelines(guidelines, vectors, q, self.config.guideline_token_budget)
+        return select_guidelines(
+            view.guidelines, view.guideline_vectors, q, self.config.guideline_token_budget
+        )
 
-    def retrieve(self, query_vector: Any, k: int | None = None) -> list[Episode]:
-        """The `k` most similar past cases."""
+    def retrieve(
+        self, query_vector: Any, k: int | None = None, view: MemoryView | None = None
+    ) -> list[Episode]:
+        """The `k` most similar past cases, as of one version of the memory."""
+        view = view or self._view
         k = self.config.k if k is None else k
         if query_vector is None or k <= 0:
             return []
-        hits = self.index.search(query_vector, k)
-        rows = self.store.episodes_by_rowid([i for i, _ in hits])
+        hits = view.index.search(query_vector, k)
+        # As of the view's version: an align or unalign committed since then
+        # must not change or remove the episodes this view's index found.
+        rows = self.store.episodes_by_rowid([i for i, _ in hits], as_of=view.seq)
         episodes = []
         for rowid, score in hits:
             fb = rows.get(rowid)
-            if fb is None:  # removed between search and fetch by a concurrent unalign
+            if fb is None:  # older than the kept before-images (64 commits ago)
                 continue
             episodes.append(
                 Episode(
@@ -272,12 +380,36 @@ class JudgeMemory:
         with self.write_lock:
             yield IntegrationState(self.store, namespace)
 
-    # -- swapping views after a committed write ------------------------------------------
+    # -- publishing a version after a committed write ------------------------------------
+
+    def _publish(self) -> None:
+        """Make the committed store and the writer's index the version readers see.
+
+        Readers switch in one assignment; the writer's later index changes
+        copy the FAISS object first, so this view never changes.
+        """
+        with self.write_lock:
+            seq = self.store.change_seq()
+            if len(self.index) != self.store.count("episodes"):
+                # An earlier write committed but failed before updating the
+                # index: the stored vectors are the truth.
+                self.index = self._rebuild_index()
+            guidelines, vectors = self.store.load_guidelines()
+            view = MemoryView(seq, tuple(guidelines), vectors, self.index.frozen())
+            self._views[seq] = view
+            self._views.move_to_end(seq)
+            while len(self._views) > _KEPT_VIEWS:
+                self._views.popitem(last=False)
+            self._view = view
+            self._live.add(view)
+            self.store.forget_versions(min(v.seq for v in list(self._live)))
 
     def refresh_guidelines(self) -> None:
-        """Re-read guidelines after a committed write."""
-        guidelines, vectors = self.store.load_guidelines()
-        self._guidelines, self._guideline_vectors = tuple(guidelines), vectors
+        """Publish the committed guidelines and the updated index as one new version.
+
+        Writers call this after each commit, once the index has been updated.
+        """
+        self._publish()
 
 
 class IntegrationState:
@@ -312,3 +444,36 @@ def _check_identity(old: JudgeConfig, new: JudgeConfig, folder: Any) -> None:
             f"it cannot be reopened with a different {', '.join(changed)}. Open it with "
             "MemAlignJudge.load, or use another folder."
         )
+
+
+def check_config_bounds(values: Any, *, where: Any) -> None:
+    """Refuse a configuration whose numbers are outside `CONFIG_BOUNDS`.
+
+    With `where` (a folder) the error is `MemoryFormatError`; without, a
+    `ValueError` about the arguments.
+    """
+    if not isinstance(values, dict):
+        raise MemoryFormatError(f"{where}: meta.config is not an object")
+    for field, (low, high) in CONFIG_BOUNDS.items():
+        if field not in values or (field == "source_support" and values[field] is None):
+            continue
+        v = values[field]
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        if ok and low <= v <= high:
+            continue
+        message = f"{field} = {v!r} is outside the accepted bounds ({low:g} to {high:g})"
+        if where is None:
+            raise ValueError(message)
+        raise MemoryFormatError(f"{where}: meta.config.{message}")
+
+
+def _stored_config(stored: Any, folder: Any) -> JudgeConfig:
+    check_config_bounds(stored, where=folder)
+    try:
+        return JudgeConfig.model_validate(stored)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in e.errors()[:5]
+        )
+        raise MemoryFormatError(f"{folder}: meta.config is invalid ({problems})") from e
