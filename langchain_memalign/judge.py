@@ -484,14 +484,22 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         """Remove feedback and everything derived from it.
 
         Episodes are deleted; a guideline whose sources were all removed
-        disappears, one with remaining sources is re-distilled from those
-        alone. No text of the removed feedback is left in the memory.
+        disappears, one with remaining sources stays when their rationales
+        support it and is re-distilled from them otherwise. No text of the
+        removed feedback's cases or rationales is left in the memory. An empty
+        list changes nothing.
 
         Raises:
             UnknownFeedbackError: some ids are not in the memory (nothing is removed).
+            TypeError: `ids` is a single string (`unalign("f1")` would otherwise
+                mean the ids `"f"` and `"1"`): pass `["f1"]`.
         """
+        if isinstance(ids, str):
+            raise TypeError(f"unalign takes a list of feedback ids, not a string: [{ids!r}]")
         started = time.perf_counter()
         ids = list(dict.fromkeys(ids))
+        if not ids:
+            return UnalignReport(seconds=time.perf_counter() - started)
         with self.memory.write_lock:
             known = self.memory.store.feedback_state(ids)
             missing = [i for i in ids if i not in known]

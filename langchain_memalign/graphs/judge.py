@@ -67,6 +67,9 @@ class JudgeState(TypedDict, total=False):
     outputs: Any
     reference_outputs: Any
     query_vector: list[float] | None
+    # The memory version this judgment reads: guidelines and episodes of one commit,
+    # even while an align or unalign runs (see JudgeMemory.snapshot).
+    memory_seq: int
     guidelines: list[Guideline]
     episodes: list[Episode]
     result: dict[str, Any]
@@ -94,26 +97,32 @@ class JudgeNodes:
     # embed_case: nothing to embed when the memory has nothing to retrieve, so an
     # unaligned judge makes no embedding call at all.
     def embed_case(self, state: JudgeState) -> dict[str, Any]:
-        """Embed the case unless its vector is given or not needed."""
-        if state.get("query_vector") is not None or not self.memory.needs_query_vector():
-            return {}
-        text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
-        return {"query_vector": self.memory.embed([text])[0].tolist()}
+        """Pin the memory version to read; embed the case unless given or not needed."""
+        view = self.memory.snapshot()
+        out: dict[str, Any] = {"memory_seq": view.seq}
+        if state.get("query_vector") is None and self.memory.needs_query_vector(view):
+            text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
+            out["query_vector"] = self.memory.embed([text])[0].tolist()
+        return out
 
     async def aembed_case(self, state: JudgeState) -> dict[str, Any]:
         """Async twin of `embed_case`."""
-        if state.get("query_vector") is not None or not self.memory.needs_query_vector():
-            return {}
-        text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
-        return {"query_vector": (await self.memory.aembed([text]))[0].tolist()}
+        view = self.memory.snapshot()
+        out: dict[str, Any] = {"memory_seq": view.seq}
+        if state.get("query_vector") is None and self.memory.needs_query_vector(view):
+            text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
+            out["query_vector"] = (await self.memory.aembed([text]))[0].tolist()
+        return out
 
     def load_guidelines(self, state: JudgeState) -> dict[str, Any]:
         """All guidelines, or the most relevant ones when they exceed the token budget."""
-        return {"guidelines": self.memory.select_guidelines(state.get("query_vector"))}
+        view = self.memory.snapshot(state.get("memory_seq"))
+        return {"guidelines": self.memory.select_guidelines(state.get("query_vector"), view=view)}
 
     def retrieve_episodes(self, state: JudgeState) -> dict[str, Any]:
         """The k most similar past cases with the experts' verdicts."""
-        return {"episodes": self.memory.retrieve(state.get("query_vector"))}
+        view = self.memory.snapshot(state.get("memory_seq"))
+        return {"episodes": self.memory.retrieve(state.get("query_vector"), view=view)}
 
     async def aretrieve_episodes(self, state: JudgeState) -> dict[str, Any]:
         """Async twin of `retrieve_episodes`: FAISS and SQLite run off the event loop."""

@@ -273,3 +273,14 @@ async def test_async_align_and_unalign(make_judge: Any) -> None:
     assert report.added == ["sweater", "hours"]
     undo = await judge.aunalign(["sweater"])
     assert undo.removed == ["sweater"] and judge.feedback_ids == ["hours"]
+
+
+def test_unalign_refuses_a_bare_string_and_ignores_an_empty_list(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    history = len(judge.history())
+    with pytest.raises(TypeError, match=r"\['sweater'\]"):
+        judge.unalign("sweater")  # type: ignore[arg-type]
+    report = judge.unalign([])
+    assert report.removed == [] and report.llm_calls == 0
+    assert len(judge.history()) == history and judge.feedback_ids == ["sweater", "hours"]

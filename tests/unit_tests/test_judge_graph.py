@@ -23,12 +23,15 @@ def test_graph_shape(make_judge: Any) -> None:
 def test_embed_case_skips_empty_memory_and_given_vectors(make_judge: Any, embeddings: Any) -> None:
     judge = make_judge()
     nodes = JudgeNodes(judge.memory, judge.model)
-    assert nodes.embed_case(dict(CASE)) == {}  # nothing to retrieve: no call
+    empty = nodes.embed_case(dict(CASE))
+    assert "query_vector" not in empty  # nothing to retrieve: no call
     judge.align([HOURS])
     calls = embeddings.calls
     out = nodes.embed_case(dict(CASE))
     assert len(out["query_vector"]) == embeddings.size and embeddings.calls == calls + 1
-    assert nodes.embed_case({**CASE, "query_vector": [0.0] * 64}) == {}
+    # the judgment reads the version the align committed, not the empty one
+    assert out["memory_seq"] > empty["memory_seq"]
+    assert "query_vector" not in nodes.embed_case({**CASE, "query_vector": [0.0] * 64})
     assert embeddings.calls == calls + 1
 
 
