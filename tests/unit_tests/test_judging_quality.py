@@ -125,3 +125,10 @@ def test_reflection_sees_contrasting_stored_cases(make_judge: Any) -> None:
     assert len(reflect) == 1
     shown = re.findall(r'<feedback id="([^"]+)">', str(reflect[0][1].content))
     assert shown == ["upset", "calm"]
+
+
+def test_judge_prompt_shows_the_answer_format_with_single_braces() -> None:
+    for style in ("plain", "checklist"):
+        msgs = judge_messages("{inputs}", Scale.of(bool), {"inputs": "Q"}, [], [], 900, style)
+        system = str(msgs[0].content)
+        assert '{"rationale":' in system and "{{" not in system
