@@ -75,6 +75,31 @@ def rules_last_variant(instructions, scale, case, guidelines, episodes, max_char
     ]
 
 
+def turns_variant(instructions, scale, case, guidelines, episodes, max_chars, style="plain"):  # type: ignore[no-untyped-def]
+    """Guidelines in the system message; each past case a user turn and its verdict an
+    assistant turn (the few-shot form chat models are trained on, as DSPy renders demos)."""
+    from langchain_core.messages import AIMessage
+
+    note = ""
+    if guidelines:
+        note = (
+            "The experts who own this grading follow these guidelines (each applies only when "
+            "its condition holds):\n" + "\n".join(f"- {g.text}" for g in guidelines) + "\n"
+        )
+    if episodes:
+        note += "The earlier turns are cases the experts graded, with their verdicts.\n"
+    system = _system(scale, note, prompts.ANSWER_PLAIN)
+    msgs: list[BaseMessage] = [SystemMessage(content=system)]
+    for ep in reversed(list(episodes)):  # the most similar case last, next to this one
+        past = {"inputs": ep.inputs, "outputs": ep.outputs, "reference_outputs": ep.reference_outputs}
+        msgs.append(HumanMessage(content=f"<case>\n{prompts.fill_instructions(instructions, past)}\n</case>"))
+        verdict = {"rationale": ep.rationale or "", "score": ep.value}
+        msgs.append(AIMessage(content=json.dumps(verdict)))
+    body = f"<case>\n{prompts.fill_instructions(instructions, case)}\n</case>"
+    msgs.append(HumanMessage(content=body))
+    return msgs
+
+
 def withheld(part: str) -> Builder:
     def build(instructions, scale, case, guidelines, episodes, max_chars, style="plain"):  # type: ignore[no-untyped-def]
         if part == "episodes":
@@ -98,6 +123,7 @@ VARIANTS: dict[str, Builder] = {
     "plain": styled("plain"),
     "system": system_variant,
     "rules_last": rules_last_variant,
+    "turns": turns_variant,
     "episodes_only": withheld("guidelines"),
     "guidelines_only": withheld("episodes"),
 }

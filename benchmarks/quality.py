@@ -86,7 +86,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "validate": {"validate_guidelines": "off"},
     "provenance": {"source_support": None},
     "contrast": {"reflect_contrast": 0},
-    "checklist": {"judge_prompt": "plain"},
+    "turns": {"judge_prompt": "plain"},
     "pairwise_orders": {"pairwise_both_orders": False},
 }
 # Ablations that change how an empty-memory judge judges (so they are measured at stage 0).

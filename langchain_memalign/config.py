@@ -79,10 +79,12 @@ class JudgeConfig(BaseModel):
         description="Stored cases with other scores shown beside each reflection batch, so "
         "the model can say when a rule applies.",
     )  # fmt: skip
-    judge_prompt: Literal["plain", "checklist"] = Field(
-        default="checklist",
-        description="'checklist': the judge names the guidelines whose condition the case "
-        "meets and checks each before scoring; 'plain': a short rationale.",
+    judge_prompt: Literal["turns", "checklist", "plain"] = Field(
+        default="turns",
+        description="How the working memory is laid out. 'turns': guidelines in the system "
+        "message, each past case a user turn answered by the expert's verdict; 'checklist': "
+        "a memory block before the case, and the judge names the guidelines whose condition "
+        "the case meets before scoring; 'plain': the same block, a short rationale.",
     )
     pairwise_both_orders: bool = Field(
         default=True,

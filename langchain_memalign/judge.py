@@ -114,7 +114,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         validate_max_calls: Most extra judge calls one align spends on validation.
         reflect_contrast: Stored cases with other scores shown beside each
             reflection batch.
-        judge_prompt: `"checklist"` or `"plain"` (`JudgeConfig.judge_prompt`).
+        judge_prompt: `"turns"` (default), `"checklist"` or `"plain"`
+            (`JudgeConfig.judge_prompt`).
         pairwise_both_orders: Judge pairwise cases in both orders and reconcile.
 
     See `JudgeConfig` for each option. Everything after `embeddings` is
@@ -147,7 +148,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         validate_guidelines: Literal["off", "sources", "all"] = "sources",
         validate_max_calls: int = 16,
         reflect_contrast: int = 4,
-        judge_prompt: Literal["plain", "checklist"] = "checklist",
+        judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
         pairwise_both_orders: bool = True,
     ) -> None:
         config = JudgeConfig(

@@ -148,8 +148,11 @@ class RoleResponder:
         with self._lock:
             self.roles.append(role)
         if role == "judge":
+            # The working memory is everything before the case: guidelines in the
+            # system message and past cases as earlier turns ("turns" prompt), or a
+            # <memory> block in the human message (the other prompts).
             memory, _, case = human.rpartition("<case>")
-            return self.judge_rule(case, memory)
+            return self.judge_rule(case, system + "\n" + memory)
         if role == "reflect":
             with self._lock:
                 fail_once = self.fail_next_reflections > 0

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_memalign._text import render, truncate
 from langchain_memalign.feedback import Feedback
@@ -151,7 +152,16 @@ CALIBRATION_NOTE = (
     "lower than a clearly worse one).\n"
 )
 
-JudgePromptStyle = Literal["plain", "checklist"]
+JudgePromptStyle = Literal["turns", "checklist", "plain"]
+
+TURNS_GUIDELINES = (
+    "The experts who own this grading follow these guidelines; each applies only to cases "
+    "that meet its condition:\n{guidelines}\n"
+)
+TURNS_EPISODES = (
+    "The earlier turns are similar cases the experts graded, with their verdicts and reasons: "
+    "grade this case as they would, for their reasons.\n"
+)
 
 
 def judge_messages(
@@ -161,14 +171,20 @@ def judge_messages(
     guidelines: Sequence[Guideline],
     episodes: Sequence[Episode],
     episode_max_chars: int,
-    style: JudgePromptStyle = "checklist",
+    style: JudgePromptStyle = "turns",
 ) -> list[BaseMessage]:
     """The judge prompt: instructions + working memory + the case.
 
-    `style="checklist"` asks the model to name the guidelines whose condition the case
-    meets and check the case against each before it scores (used only when there are
-    guidelines); `"plain"` asks for a short rationale.
+    `style="turns"` (the default) puts the guidelines in the system message and each
+    past case in the conversation as a user turn answered by an assistant turn with the
+    expert's verdict, the few-shot form chat models are trained on (and the one DSPy,
+    under MLflow's MemAlign, renders). `"checklist"` and `"plain"` put the memory in a
+    `<memory>` block before the case; `"checklist"` asks the model to name the guidelines
+    whose condition the case meets and check each before it scores. Chosen by
+    measurement: see docs/benchmarks.md.
     """
+    if style == "turns":
+        return _turns(instructions, scale, case, guidelines, episodes, episode_max_chars)
     memory = memory_section(guidelines, episodes, episode_max_chars)
     note = ""
     if memory:
@@ -183,6 +199,42 @@ def judge_messages(
         SystemMessage(content=system),
         HumanMessage(content=f"{memory}\n\n{body}" if memory else body),
     ]
+
+
+def _turns(
+    instructions: str,
+    scale: Scale,
+    case: dict[str, Any],
+    guidelines: Sequence[Guideline],
+    episodes: Sequence[Episode],
+    max_chars: int,
+) -> list[BaseMessage]:
+    note = ""
+    if guidelines:
+        note += TURNS_GUIDELINES.format(guidelines="\n".join(f"- {g.text}" for g in guidelines))
+    if episodes:
+        note += TURNS_EPISODES
+        if scale.kind in ("numeric", "categorical"):
+            note += CALIBRATION_NOTE
+    system = JUDGE_SYSTEM.format(scale=scale.describe(), memory_note=note, answer=ANSWER_PLAIN)
+    messages: list[BaseMessage] = [SystemMessage(content=system)]
+    # Least similar first: the most similar past case sits right before this one.
+    for ep in reversed(list(episodes)):
+        reason = truncate(ep.rationale or "", max_chars // 3)
+        parts = {"inputs": ep.inputs, "outputs": ep.outputs}
+        if ep.reference_outputs is not None:
+            parts["reference_outputs"] = ep.reference_outputs
+        room = max(60, (max_chars - len(reason)) // len(parts))
+        past = {key: truncate(render(value), room) for key, value in parts.items()}
+        messages.append(
+            HumanMessage(content=f"<case>\n{fill_instructions(instructions, past)}\n</case>")
+        )
+        verdict = {"rationale": reason or "Graded by an expert.", "score": ep.value}
+        messages.append(AIMessage(content=json.dumps(verdict, ensure_ascii=False, default=str)))
+    messages.append(
+        HumanMessage(content=f"<case>\n{fill_instructions(instructions, case)}\n</case>")
+    )
+    return messages
 
 
 def _task(instructions: str) -> str:

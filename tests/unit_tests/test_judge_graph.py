@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypedDict
 
+import pytest
 from conftest import HOURS, RUDE, SWEATER
 from langgraph.graph import END, START, StateGraph
 
@@ -74,7 +76,7 @@ def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
 
 
 def test_judge_node_puts_working_memory_in_a_delimited_section(make_judge: Any, model: Any) -> None:
-    judge = make_judge()
+    judge = make_judge(judge_prompt="plain")
     judge.align([SWEATER])
     nodes = JudgeNodes(judge.memory, judge.model)
     episodes = judge.memory.retrieve(judge.memory.embed([SWEATER.inputs])[0])
@@ -93,13 +95,38 @@ def test_judge_node_puts_working_memory_in_a_delimited_section(make_judge: Any, 
     }
 
 
-def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any) -> None:
-    judge = make_judge(episode_max_chars=200)
+def test_turns_prompt_puts_guidelines_in_system_and_past_cases_as_turns(
+    make_judge: Any, model: Any
+) -> None:
+    judge = make_judge()  # judge_prompt="turns" is the default
+    judge.align([SWEATER, HOURS])
+    nodes = JudgeNodes(judge.memory, judge.model)
+    episodes = judge.memory.retrieve(judge.memory.embed([SWEATER.inputs])[0])
+    nodes.judge({**CASE, "guidelines": judge.guidelines, "episodes": episodes}, {})
+    msgs = model.calls[-1]
+    kinds = [type(m).__name__ for m in msgs]
+    # system, then (user case, expert verdict) per past case, then the case
+    assert kinds == ["SystemMessage", "HumanMessage", "AIMessage", "HumanMessage",
+                     "AIMessage", "HumanMessage"]  # fmt: skip
+    assert all(g.text in str(msgs[0].content) for g in judge.guidelines)
+    verdicts = [json.loads(str(m.content)) for m in msgs if type(m).__name__ == "AIMessage"]
+    # the most similar past case (sweater) answers right before the case
+    assert verdicts[-1] == {"rationale": SWEATER.rationale, "score": False}
+    assert SWEATER.inputs in str(msgs[3].content) and "charged twice" in str(msgs[-1].content)
+
+
+@pytest.mark.parametrize("style", ["turns", "plain"])
+def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any, style: str) -> None:
+    judge = make_judge(episode_max_chars=200, judge_prompt=style)
     long = SWEATER.model_copy(update={"id": "long", "outputs": "blah " * 500})
     judge.align([long])
     judge.invoke(CASE)
-    memory = model.calls[-1][1].content.split("<past_cases>")[1].split("</past_cases>")[0]
-    assert len(memory) < 400 and "..." in memory
+    msgs = model.calls[-1]
+    if style == "turns":  # the past case is the first user turn and its verdict
+        memory = f"{msgs[1].content}{msgs[2].content}"
+    else:
+        memory = str(msgs[1].content).split("<past_cases>")[1].split("</past_cases>")[0]
+    assert len(memory) < 450 and "..." in memory
 
 
 def test_unaligned_judge_prompt_has_no_memory_section(make_judge: Any, model: Any) -> None:
@@ -136,7 +163,7 @@ def test_mustache_instructions_fill_and_embed_the_inputs(
     assert embeddings.texts[0] == "What are your hours?"  # the inputs, not the template
     judge.invoke({"inputs": inputs, "outputs": "9 to 5"})
     assert embeddings.texts[-1] == "What are your hours?"
-    case = model.calls[-1][1].content.split("<case>")[1]
+    case = model.calls[-1][-1].content.split("<case>")[1]
     assert "Question: What are your hours?\nAnswer: 9 to 5" in case and "{{" not in case
 
 
@@ -144,7 +171,7 @@ def test_unmentioned_case_parts_are_appended(make_judge: Any, model: Any) -> Non
     make_judge(instructions="Is the answer correct?").invoke(
         {"inputs": "2+2?", "outputs": "4", "reference_outputs": "4"}
     )
-    case = model.calls[-1][1].content
+    case = model.calls[-1][-1].content
     assert "Inputs:\n2+2?" in case and "Outputs:\n4" in case and "Reference outputs:\n4" in case
 
 

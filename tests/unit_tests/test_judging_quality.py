@@ -97,8 +97,8 @@ def test_checklist_prompt_only_with_guidelines() -> None:
     from langchain_memalign.memory.semantic import Guideline
 
     g = Guideline(id="g1", text="When upset, apologize first.", source_ids=("a",))
-    with_g = judge_messages("{inputs}", Scale.of(bool), {"inputs": "Q"}, [g], [], 900)
-    without = judge_messages("{inputs}", Scale.of(bool), {"inputs": "Q"}, [], [], 900)
+    with_g = judge_messages("{inputs}", Scale.of(bool), {"inputs": "Q"}, [g], [], 900, "checklist")
+    without = judge_messages("{inputs}", Scale.of(bool), {"inputs": "Q"}, [], [], 900, "checklist")
     plain = judge_messages("{inputs}", Scale.of(bool), {"inputs": "Q"}, [g], [], 900, "plain")
     assert "whose condition this case meets" in str(with_g[0].content)
     assert "whose condition" not in str(without[0].content)

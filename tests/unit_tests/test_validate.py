@@ -15,7 +15,7 @@ NARROW = "When the customer is upset, fail a reply without an apology."
 
 
 def guidelines_in(memory: str) -> str:
-    m = re.search(r"<guidelines>(.*?)</guidelines>", memory, re.DOTALL)
+    m = re.search(r"follow these guidelines[^\n]*\n((?:- .*\n)+)", memory)
     return m.group(1) if m else ""
 
 
@@ -102,7 +102,7 @@ def test_validation_leaves_each_case_own_episode_out(make_judge: Any) -> None:
     judge, _, model = make(make_judge)
     judge.align([UPSET, CALM, CALM2])
     prompts = [
-        str(c[1].content)
+        "\n".join(str(m.content) for m in c[1:])
         for c in model.calls
         if str(c[0].content).startswith("You are an expert evaluator")
     ]
@@ -110,5 +110,5 @@ def test_validation_leaves_each_case_own_episode_out(make_judge: Any) -> None:
     for p in prompts:
         memory, _, case = p.rpartition("<case>")
         graded = next(f for f in (UPSET, CALM, CALM2) if str(f.inputs) in case)
-        assert "<past_cases>" in memory  # the other seen cases are there
+        assert memory  # the other seen cases are there, as earlier turns
         assert str(graded.inputs) not in memory
