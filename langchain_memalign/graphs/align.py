@@ -21,30 +21,33 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypedDict, cast
+from typing import Annotated, Any, TypedDict, cast
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
-from pydantic import BaseModel, Field, create_model
 
 from langchain_memalign._text import normalize
 from langchain_memalign._weak import weak_node
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.forget import ForgetStep
 from langchain_memalign.graphs.prompts import (
     consolidate_messages,
-    rederive_messages,
     reflect_messages,
 )
 from langchain_memalign.graphs.provenance import restates_case, supporting_sources
+from langchain_memalign.graphs.schemas import (
+    Consolidation,
+    Rederived,
+    reflection_schema,
+)
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import (
-    GUIDELINE_MAX_CHARS,
     Guideline,
     Proposal,
     merge_proposals,
@@ -52,64 +55,6 @@ from langchain_memalign.memory.semantic import (
     total_tokens,
 )
 from langchain_memalign.reports import GuidelineCheck, RejectedGuideline, Usage
-
-# -- what the model returns -------------------------------------------------------------
-
-
-class ProposedGuideline(BaseModel):
-    """A guideline distilled from feedback."""
-
-    text: str = Field(
-        description="One short, general, imperative grading rule.",
-        json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS},
-    )
-    source_ids: list[str] = Field(description="Ids of the feedback it comes from.")
-    existing_id: str = Field(default="", description="Id of the existing guideline it repeats.")
-
-
-class Reflection(BaseModel):
-    """Guidelines distilled from a batch of feedback."""
-
-    guidelines: list[ProposedGuideline] = Field(json_schema_extra={"maxItems": 8})
-
-
-def reflection_schema(batch_ids: Sequence[str]) -> type[Reflection]:
-    """`Reflection` whose `source_ids` can only name feedback of this batch.
-
-    Grammar-constrained servers then cannot invent ids; others are told the
-    allowed values by the schema.
-    """
-    allowed: Any = cast(Any, Literal)[tuple(batch_ids)]
-    item: Any = create_model(
-        "ProposedGuideline",
-        __base__=ProposedGuideline,
-        source_ids=(list[allowed], Field(description="Ids of the feedback it comes from.")),
-    )
-    return create_model(
-        "Reflection",
-        __base__=Reflection,
-        guidelines=(list[item], Field(json_schema_extra={"maxItems": 8})),
-    )
-
-
-class Rederived(BaseModel):
-    """A guideline restated from its remaining sources; empty if none support it."""
-
-    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
-
-
-class MergedGuideline(BaseModel):
-    """A consolidated guideline and the ids of the guidelines it replaces."""
-
-    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
-    merged_from: list[str]
-
-
-class Consolidation(BaseModel):
-    """The consolidated set of guidelines."""
-
-    guidelines: list[MergedGuideline]
-
 
 # -- state ------------------------------------------------------------------------------------
 
@@ -143,17 +88,7 @@ class ReflectInput(TypedDict):
     batch: list[Feedback]
 
 
-@dataclass
-class ForgetResult:
-    """What `forget` removed and re-derived."""
-
-    removed: list[str] = field(default_factory=list)
-    rederived: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-
-
-class AlignNodes:
+class AlignNodes(ForgetStep):
     """The nodes of the alignment graph, bound to one judge's memory and reflection model."""
 
     def __init__(
@@ -390,121 +325,6 @@ class AlignNodes:
             )  # fmt: skip
         mem.refresh_guidelines()
         return {"usages": [usage]}
-
-    # -- forget (unalign) -------------------------------------------------------------------
-
-    def _still_supported(
-        self,
-        redo: Sequence[Guideline],
-        gone: set[str],
-        support: dict[str, Feedback],
-        usage: Usage,
-    ) -> list[Guideline]:
-        """Guidelines whose remaining sources' rationales still support them, re-cited."""
-        mem = self.memory
-        threshold = mem.config.source_support
-        rationales = {s: fb.rationale for s, fb in support.items() if fb.rationale}
-        vectors = mem.guideline_vectors
-        ids = [g.id for g in mem.guidelines]
-        if threshold is None or not redo or not rationales or vectors is None:
-            return []
-        order = sorted(rationales)
-        embedded = mem.embed([rationales[s] for s in order], usage)
-        by_source = dict(zip(order, embedded, strict=True))
-        still = []
-        for g in redo:
-            remaining = [s for s in g.source_ids if s not in gone]
-            if g.id in ids and supporting_sources(
-                vectors[ids.index(g.id)], remaining, by_source, threshold
-            ):
-                still.append(g.model_copy(update={"source_ids": tuple(remaining)}))
-        return still
-
-    def forget(
-        self, ids: Sequence[str], *, delete: bool, config: RunnableConfig | None = None
-    ) -> ForgetResult:
-        """Detach feedback from memory and re-derive the guidelines it fed.
-
-        A guideline whose every source is among `ids` is removed. One with
-        other sources stays as it is, citing only those, when their rationales
-        support it (the embedding test of `provenance`, no model call: the
-        1.5B model we measure with answered "nothing supports it" for a rule
-        two remaining rationales stated word for word); otherwise it is
-        re-distilled from the remaining feedback alone, and removed when
-        nothing remaining supports it. With `delete`, the feedback and its
-        episodes are removed too (unalign); without, only the guidelines are
-        re-derived (the feedback is about to be replaced).
-        """
-        mem = self.memory
-        gone = set(ids)
-        result = ForgetResult()
-        affected = [g for g in mem.guidelines if gone & set(g.source_ids)]
-        redo = [g for g in affected if set(g.source_ids) - gone]
-        result.removed = [g.id for g in affected if not set(g.source_ids) - gone]
-        support = mem.store.get_feedback({s for g in redo for s in g.source_ids if s not in gone})
-        still = self._still_supported(redo, gone, support, result.usage)
-        redo = [g for g in redo if g.id not in {x.id for x in still}]
-        outcomes: list[Any] = []
-        if redo:
-            cfg = mem.config
-
-            def one(g: Guideline) -> Any:
-                remaining = [support[s] for s in g.source_ids if s in support]
-                msgs = rederive_messages(cfg.instructions, g, remaining, cfg.episode_max_chars)
-                return self.rederiver.invoke(msgs, config)
-
-            outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)
-        keep_texts = {normalize(g.text): g for g in mem.guidelines if g not in affected}
-        rederived: list[Guideline] = []
-        widened: dict[str, Guideline] = {}
-        pending: set[str] = set()
-        for g, outcome in zip(redo, outcomes, strict=True):
-            remaining = tuple(s for s in g.source_ids if s not in gone)
-            if isinstance(outcome, Exception):
-                # Drop the guideline (it may carry the withdrawn feedback) and
-                # let the next align distill its remaining sources afresh.
-                result.usage = result.usage + (
-                    getattr(outcome, "usage", None) or Usage(llm_calls=1)
-                )
-                result.errors.append(f"re-deriving guideline {g.id} failed: {outcome}")
-                result.removed.append(g.id)
-                pending.update(remaining)
-                continue
-            out, usage = outcome
-            result.usage = result.usage + usage
-            text = " ".join(out.text.split())
-            twin = keep_texts.get(normalize(text))
-            if not text:
-                result.removed.append(g.id)
-            elif twin is not None:  # it now says what another guideline says
-                base = widened.get(twin.id, twin)
-                merged = tuple(dict.fromkeys(base.source_ids + remaining))
-                widened[twin.id] = base.model_copy(update={"source_ids": merged})
-                result.removed.append(g.id)
-            else:
-                rederived.append(g.model_copy(update={"text": text, "source_ids": remaining}))
-        result.rederived = [g.id for g in rederived + still]
-        vectors = mem.embed([g.text for g in rederived], result.usage) if rederived else None
-        rows = [r for r, _ in mem.store.episode_keys(ids).values()] if delete else []
-        with mem.store.transaction() as conn:
-            mem.store.delete_guidelines(conn, result.removed)
-            for i, g in enumerate(rederived):
-                assert vectors is not None
-                mem.store.put_guideline(conn, g, vectors[i], 0)
-            for g in [*widened.values(), *still]:
-                mem.store.put_guideline(conn, g, None, 0)
-            if delete:
-                mem.store.delete_feedback(conn, ids)
-            else:
-                mem.store.set_reflected(conn, ids, False)
-            mem.store.set_reflected(conn, pending, False)
-            mem.store.log(
-                conn, "unalign" if delete else "replace", ids,
-                result.removed + result.rederived + list(widened),
-            )  # fmt: skip
-        mem.index.remove(rows)
-        mem.refresh_guidelines()
-        return result
 
 
 def build_align_graph(

@@ -1,0 +1,153 @@
+"""The unalign step: detach feedback from memory and re-derive what it fed.
+
+`ForgetStep` is part of the alignment nodes (`AlignNodes` inherits it): `unalign` calls
+it to remove feedback, and `align` calls it before replacing a changed feedback item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+from langchain_memalign._text import normalize
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.prompts import rederive_messages
+from langchain_memalign.graphs.provenance import supporting_sources
+from langchain_memalign.graphs.schemas import Rederived
+from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.reports import Usage
+
+
+@dataclass
+class ForgetResult:
+    """What `forget` removed and re-derived."""
+
+    removed: list[str] = field(default_factory=list)
+    rederived: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+class ForgetStep:
+    """Removing feedback and re-deriving the guidelines it fed (see the module doc)."""
+
+    memory: JudgeMemory
+    rederiver: StructuredCaller[Rederived]
+
+    def _still_supported(
+        self,
+        redo: Sequence[Guideline],
+        gone: set[str],
+        support: dict[str, Feedback],
+        usage: Usage,
+    ) -> list[Guideline]:
+        """Guidelines whose remaining sources' rationales still support them, re-cited."""
+        mem = self.memory
+        threshold = mem.config.source_support
+        rationales = {s: fb.rationale for s, fb in support.items() if fb.rationale}
+        vectors = mem.guideline_vectors
+        ids = [g.id for g in mem.guidelines]
+        if threshold is None or not redo or not rationales or vectors is None:
+            return []
+        order = sorted(rationales)
+        embedded = mem.embed([rationales[s] for s in order], usage)
+        by_source = dict(zip(order, embedded, strict=True))
+        still = []
+        for g in redo:
+            remaining = [s for s in g.source_ids if s not in gone]
+            if g.id in ids and supporting_sources(
+                vectors[ids.index(g.id)], remaining, by_source, threshold
+            ):
+                still.append(g.model_copy(update={"source_ids": tuple(remaining)}))
+        return still
+
+    def forget(
+        self, ids: Sequence[str], *, delete: bool, config: RunnableConfig | None = None
+    ) -> ForgetResult:
+        """Detach feedback from memory and re-derive the guidelines it fed.
+
+        A guideline whose every source is among `ids` is removed. One with
+        other sources stays as it is, citing only those, when their rationales
+        support it (the embedding test of `provenance`, no model call: the
+        1.5B model we measure with answered "nothing supports it" for a rule
+        two remaining rationales stated word for word); otherwise it is
+        re-distilled from the remaining feedback alone, and removed when
+        nothing remaining supports it. With `delete`, the feedback and its
+        episodes are removed too (unalign); without, only the guidelines are
+        re-derived (the feedback is about to be replaced).
+        """
+        mem = self.memory
+        gone = set(ids)
+        result = ForgetResult()
+        affected = [g for g in mem.guidelines if gone & set(g.source_ids)]
+        redo = [g for g in affected if set(g.source_ids) - gone]
+        result.removed = [g.id for g in affected if not set(g.source_ids) - gone]
+        support = mem.store.get_feedback({s for g in redo for s in g.source_ids if s not in gone})
+        still = self._still_supported(redo, gone, support, result.usage)
+        redo = [g for g in redo if g.id not in {x.id for x in still}]
+        outcomes: list[Any] = []
+        if redo:
+            cfg = mem.config
+
+            def one(g: Guideline) -> Any:
+                remaining = [support[s] for s in g.source_ids if s in support]
+                msgs = rederive_messages(cfg.instructions, g, remaining, cfg.episode_max_chars)
+                return self.rederiver.invoke(msgs, config)
+
+            outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)
+        keep_texts = {normalize(g.text): g for g in mem.guidelines if g not in affected}
+        rederived: list[Guideline] = []
+        widened: dict[str, Guideline] = {}
+        pending: set[str] = set()
+        for g, outcome in zip(redo, outcomes, strict=True):
+            remaining = tuple(s for s in g.source_ids if s not in gone)
+            if isinstance(outcome, Exception):
+                # Drop the guideline (it may carry the withdrawn feedback) and
+                # let the next align distill its remaining sources afresh.
+                result.usage = result.usage + (
+                    getattr(outcome, "usage", None) or Usage(llm_calls=1)
+                )
+                result.errors.append(f"re-deriving guideline {g.id} failed: {outcome}")
+                result.removed.append(g.id)
+                pending.update(remaining)
+                continue
+            out, usage = outcome
+            result.usage = result.usage + usage
+            text = " ".join(out.text.split())
+            twin = keep_texts.get(normalize(text))
+            if not text:
+                result.removed.append(g.id)
+            elif twin is not None:  # it now says what another guideline says
+                base = widened.get(twin.id, twin)
+                merged = tuple(dict.fromkeys(base.source_ids + remaining))
+                widened[twin.id] = base.model_copy(update={"source_ids": merged})
+                result.removed.append(g.id)
+            else:
+                rederived.append(g.model_copy(update={"text": text, "source_ids": remaining}))
+        result.rederived = [g.id for g in rederived + still]
+        vectors = mem.embed([g.text for g in rederived], result.usage) if rederived else None
+        rows = [r for r, _ in mem.store.episode_keys(ids).values()] if delete else []
+        with mem.store.transaction() as conn:
+            mem.store.delete_guidelines(conn, result.removed)
+            for i, g in enumerate(rederived):
+                assert vectors is not None
+                mem.store.put_guideline(conn, g, vectors[i], 0)
+            for g in [*widened.values(), *still]:
+                mem.store.put_guideline(conn, g, None, 0)
+            if delete:
+                mem.store.delete_feedback(conn, ids)
+            else:
+                mem.store.set_reflected(conn, ids, False)
+            mem.store.set_reflected(conn, pending, False)
+            mem.store.log(
+                conn, "unalign" if delete else "replace", ids,
+                result.removed + result.rederived + list(widened),
+            )  # fmt: skip
+        mem.index.remove(rows)
+        mem.refresh_guidelines()
+        return result

@@ -1,0 +1,69 @@
+"""What the alignment graph's model calls return: the structured-output schemas.
+
+Bounds are offered to the model's structured output (grammar-enforced on local servers),
+so a small model cannot ramble past them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, Field, create_model
+
+from langchain_memalign.memory.semantic import GUIDELINE_MAX_CHARS
+
+
+class ProposedGuideline(BaseModel):
+    """A guideline distilled from feedback."""
+
+    text: str = Field(
+        description="One short, general, imperative grading rule.",
+        json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS},
+    )
+    source_ids: list[str] = Field(description="Ids of the feedback it comes from.")
+    existing_id: str = Field(default="", description="Id of the existing guideline it repeats.")
+
+
+class Reflection(BaseModel):
+    """Guidelines distilled from a batch of feedback."""
+
+    guidelines: list[ProposedGuideline] = Field(json_schema_extra={"maxItems": 8})
+
+
+def reflection_schema(batch_ids: Sequence[str]) -> type[Reflection]:
+    """`Reflection` whose `source_ids` can only name feedback of this batch.
+
+    Grammar-constrained servers then cannot invent ids; others are told the
+    allowed values by the schema.
+    """
+    allowed: Any = cast(Any, Literal)[tuple(batch_ids)]
+    item: Any = create_model(
+        "ProposedGuideline",
+        __base__=ProposedGuideline,
+        source_ids=(list[allowed], Field(description="Ids of the feedback it comes from.")),
+    )
+    return create_model(
+        "Reflection",
+        __base__=Reflection,
+        guidelines=(list[item], Field(json_schema_extra={"maxItems": 8})),
+    )
+
+
+class Rederived(BaseModel):
+    """A guideline restated from its remaining sources; empty if none support it."""
+
+    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
+
+
+class MergedGuideline(BaseModel):
+    """A consolidated guideline and the ids of the guidelines it replaces."""
+
+    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
+    merged_from: list[str]
+
+
+class Consolidation(BaseModel):
+    """The consolidated set of guidelines."""
+
+    guidelines: list[MergedGuideline]
