@@ -42,7 +42,7 @@ from langchain_memalign.langsmith._fields import (
     read_label,
     same_config,
 )
-from langchain_memalign.langsmith.evaluator import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
 from langchain_memalign.langsmith.source import (
     ConflictPolicy,
     FeedbackMapping,

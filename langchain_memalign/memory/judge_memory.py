@@ -5,13 +5,16 @@ so many threads can judge while an alignment writes: a writer commits to
 SQLite first, then changes its own copy of the index (copy-on-write) and
 publishes a new view in one assignment. A reader that takes one view per
 judgment sees guidelines and episodes of the same committed version.
+
+The checks of a stored configuration live in `_config_checks` and the
+integrations' state in `_integration_state`; `CONFIG_BOUNDS`,
+`check_config_bounds` and `IntegrationState` are importable from here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import threading
 import weakref
@@ -24,13 +27,17 @@ from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
-from pydantic import ValidationError
 
 from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory._config_checks import CONFIG_BOUNDS as CONFIG_BOUNDS
+from langchain_memalign.memory._config_checks import _check_identity, _stored_config
+from langchain_memalign.memory._config_checks import check_config_bounds as check_config_bounds
 from langchain_memalign.memory._files import write_atomic
+from langchain_memalign.memory._integration_state import _CORE_META
+from langchain_memalign.memory._integration_state import IntegrationState as IntegrationState
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
 from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, remove_leftovers
@@ -39,24 +46,6 @@ from langchain_memalign.reports import Usage
 
 logger = logging.getLogger(__name__)
 
-# Bounds on the numbers of a judge configuration. A folder is untrusted input:
-# `max_retries: 1e9` read from one would spend a billion model calls on one
-# judgment, so a folder outside these bounds is refused (not clamped: a
-# silently different judge is worse than a clear error), and a new judge
-# cannot be created outside them either, so every saved judge reopens.
-CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
-    "k": (0, 1_000),
-    "max_retries": (0, 10),
-    "guideline_token_budget": (50, 200_000),
-    "episode_max_chars": (100, 200_000),
-    "embed_max_chars": (50, 200_000),
-    "reflect_batch_size": (1, 1_000),
-    "hnsw_threshold": (1, 1_000_000_000),
-    "hnsw_ef_search": (1, 100_000),
-    "validate_max_calls": (0, 10_000),
-    "reflect_contrast": (0, 32),
-    "source_support": (-1.0, 1.0),
-}
 # Views kept by version number, so the steps of one judgment can share one.
 # Each kept view pins its own copy of the FAISS index, so only the current
 # and the previous version are kept: a judgment that outlives two writes
@@ -410,70 +399,3 @@ class JudgeMemory:
         Writers call this after each commit, once the index has been updated.
         """
         self._publish()
-
-
-class IntegrationState:
-    """One integration's state in the memory: a JSON value (see `integration_state`)."""
-
-    def __init__(self, store: MemoryStore, namespace: str) -> None:
-        self._store = store
-        self.namespace = namespace
-
-    def get(self) -> Any:
-        """The stored value, or None."""
-        return self._store.get_meta(self.namespace)
-
-    def set(self, value: Any) -> None:
-        """Store `value` (JSON-serializable) at once; `None` clears it."""
-        self._store.set_meta(self.namespace, value)
-
-
-# The memory's own meta keys, which no integration may overwrite.
-_CORE_META = frozenset({"config", "embeddings", "schema_version", "change_seq", "index_seq"})
-
-# What a stored memory is: changing these would make its guidelines or its
-# vectors mean something else, so they cannot change on reopening.
-_IDENTITY = ("name", "scale", "embed", "embed_max_chars")
-
-
-def _check_identity(old: JudgeConfig, new: JudgeConfig, folder: Any) -> None:
-    changed = [f for f in _IDENTITY if getattr(old, f) != getattr(new, f)]
-    if changed:
-        raise MemoryFormatError(
-            f"{folder}: holds the memory of judge {old.name!r} ({old.scale.kind} scale); "
-            f"it cannot be reopened with a different {', '.join(changed)}. Open it with "
-            "MemAlignJudge.load, or use another folder."
-        )
-
-
-def check_config_bounds(values: Any, *, where: Any) -> None:
-    """Refuse a configuration whose numbers are outside `CONFIG_BOUNDS`.
-
-    With `where` (a folder) the error is `MemoryFormatError`; without, a
-    `ValueError` about the arguments.
-    """
-    if not isinstance(values, dict):
-        raise MemoryFormatError(f"{where}: meta.config is not an object")
-    for field, (low, high) in CONFIG_BOUNDS.items():
-        if field not in values or (field == "source_support" and values[field] is None):
-            continue
-        v = values[field]
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        if ok and low <= v <= high:
-            continue
-        message = f"{field} = {v!r} is outside the accepted bounds ({low:g} to {high:g})"
-        if where is None:
-            raise ValueError(message)
-        raise MemoryFormatError(f"{where}: meta.config.{message}")
-
-
-def _stored_config(stored: Any, folder: Any) -> JudgeConfig:
-    check_config_bounds(stored, where=folder)
-    try:
-        return JudgeConfig.model_validate(stored)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
-            for err in e.errors()[:5]
-        )
-        raise MemoryFormatError(f"{folder}: meta.config is invalid ({problems})") from e

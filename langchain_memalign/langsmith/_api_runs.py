@@ -1,0 +1,250 @@
+"""Run lookups of the LangSmith calls.
+
+`RunsAPI` reads runs by id (through their project on the v2 query, by id on
+v1), lists a project's root runs and the runs whose feedback changed since a
+time, reads dataset examples' reference outputs, and turns the run
+references callers give into `RunRecord`s; `_from_v1` and `_from_v2` convert
+the two APIs' run objects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from langsmith import schemas as ls_schemas
+
+from langchain_memalign.langsmith._api_base import (
+    _CHUNK,
+    _RUN_SELECTS,
+    APIBase,
+    QueryBackend,
+    RunRecord,
+    RunRef,
+    _chunks,
+    _legacy,
+    _time,
+    run_id_of,
+)
+
+
+class RunsAPI(APIBase):
+    """Runs and dataset examples."""
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def read_runs(
+        self,
+        run_ids: Iterable[str],
+        hints: Mapping[str, tuple[str | None, dt.datetime | None]] | None = None,
+        *,
+        projects: Sequence[str] = (),
+    ) -> dict[str, RunRecord]:
+        """Runs by id; `hints` maps a run id to its project and start time if known.
+
+        On the v2 API a run is found through its project: the hint's, else each of
+        `projects` in turn. A missing start time widens the window to the project's
+        lifetime. Runs that no longer exist (deleted, past retention), or whose project
+        is unknown on a deployment that only reads runs by project, are absent.
+        """
+        ids = sorted(set(run_ids))
+        hints = hints or {}
+        found: dict[str, RunRecord] = {}
+        api = self._v2_runs()
+        if api is not None:
+            try:
+                for project in [None, *projects]:
+                    groups: dict[str, list[str]] = {}
+                    for rid in ids:
+                        if rid in found:
+                            continue
+                        where = hints.get(rid, (None, None))[0] if project is None else project
+                        if where:
+                            groups.setdefault(where, []).append(rid)
+                    for where, members in groups.items():
+                        found.update(self._read_v2(api, where, members, hints))
+            except Exception as e:
+                self._v2_failed(e)
+            if self._use_v2_runs:
+                if self.backend() == QueryBackend.SMITHDB_ONLY:
+                    return found  # v1 cannot read runs there: the rest stays unknown
+                # Runs searched in a project and not found there are gone; only runs of
+                # unknown project are left to the v1 lookup by id (ClickHouse has them).
+                ids = [rid for rid in ids if not hints.get(rid, (None, None))[0] and not projects]
+            ids = [rid for rid in ids if rid not in found]
+        for chunk in _chunks(ids):
+            with _legacy():
+                for run in self.client.list_runs(run_ids=chunk):
+                    found[str(run.id)] = _from_v1(run)
+        return found
+
+    def _read_v2(
+        self,
+        api: Any,
+        project: str,
+        run_ids: Sequence[str],
+        hints: Mapping[str, tuple[str | None, dt.datetime | None]],
+    ) -> dict[str, RunRecord]:
+        found: dict[str, RunRecord] = {}
+        now = dt.datetime.now(dt.UTC)
+        for chunk in _chunks(list(run_ids)):
+            times = [hints.get(r, (None, None))[1] for r in chunk]
+            known = [t for t in times if t is not None]
+            if len(known) == len(times):
+                lo, hi = min(known), max(known)
+            else:
+                # No start time (feedback carries only what it was stored with): search
+                # the project's whole lifetime rather than the API's default last day.
+                start = self._project_start(project)
+                lo = start or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+                hi = now
+            found.update(
+                self._query_v2(
+                    api,
+                    project_ids=[project],
+                    ids=chunk,
+                    min_start_time=lo - dt.timedelta(seconds=1),
+                    max_start_time=hi + dt.timedelta(minutes=1),
+                )
+            )
+        return found
+
+    def runs_with_feedback_modified(
+        self, project_id: str, key: str, since: dt.datetime
+    ) -> list[str] | None:
+        """Ids of the project's runs whose feedback on `key` was modified since `since`.
+
+        Only the v2 query can bound feedback by modification time
+        (`min_feedback_modified_at`, with a feedback condition in the filter); None when
+        the deployment is read through v1, where no listing can.
+        """
+        api = self._v2_runs()
+        if api is None:
+            return None
+        start = self._project_start(project_id) or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+        quoted = key.replace("\\", "\\\\").replace('"', '\\"')
+        try:
+            return [
+                str(run.id)
+                for run in api.runs.query_v2(
+                    project_ids=[project_id],
+                    filter=f'eq(feedback_key, "{quoted}")',
+                    min_feedback_modified_at=since,
+                    min_start_time=start - dt.timedelta(seconds=1),
+                    max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                    selects=["ID"],
+                    page_size=_CHUNK,
+                )
+            ]
+        except Exception as e:
+            self._v2_failed(e)
+            return None
+
+    def project_runs(
+        self, project: ls_schemas.TracerSession, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The root runs of a project, newest first."""
+        api = self._v2_runs()
+        if api is not None:
+            try:
+                runs: list[RunRecord] = []
+                for run in self._query_v2_iter(
+                    api,
+                    project_ids=[str(project.id)],
+                    is_root=True,
+                    min_start_time=project.start_time - dt.timedelta(seconds=1),
+                    max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                ):
+                    runs.append(run)
+                    if limit is not None and len(runs) >= limit:
+                        break
+                return runs
+            except Exception as e:
+                self._v2_failed(e)
+        with _legacy():
+            return [
+                _from_v1(r)
+                for r in self.client.list_runs(project_id=project.id, is_root=True, limit=limit)
+            ]
+
+    def _query_v2(self, api: Any, **kwargs: Any) -> dict[str, RunRecord]:
+        return {r.id: r for r in self._query_v2_iter(api, **kwargs)}
+
+    @staticmethod
+    def _query_v2_iter(api: Any, **kwargs: Any) -> Iterator[RunRecord]:
+        for run in api.runs.query_v2(selects=_RUN_SELECTS, page_size=_CHUNK, **kwargs):
+            yield _from_v2(run)
+
+    def example_outputs(self, example_ids: Iterable[str]) -> dict[str, Any]:
+        """Reference outputs of dataset examples by id."""
+        ids = sorted(set(example_ids))
+        out: dict[str, Any] = {}
+        for chunk in _chunks(ids):
+            for ex in self.client.list_examples(example_ids=chunk):
+                out[str(ex.id)] = ex.outputs
+        return out
+
+    # -- run references ------------------------------------------------------------------
+
+    def records(
+        self,
+        runs: Sequence[RunRef] | None,
+        project: str | uuid.UUID | None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        """The runs given (read when only their ids are), or a project's latest root runs."""
+        if (runs is None) == (project is None):
+            raise ValueError("give exactly one of runs or project")
+        if project is not None:
+            return self.project_runs(self.project(project), limit=limit)
+        assert runs is not None
+        ready = {r.id: r for r in runs if isinstance(r, RunRecord)}
+        hints: dict[str, tuple[str | None, dt.datetime | None]] = {}
+        for r in runs:
+            if isinstance(r, ls_schemas.Run) and r.session_id:
+                hints[str(r.id)] = (str(r.session_id), _time(r.start_time))
+        ids = list(dict.fromkeys(run_id_of(r) for r in runs))
+        missing = [i for i in ids if i not in ready]
+        found = {**ready, **self.read_runs(missing, hints)} if missing else ready
+        if self.backend() == QueryBackend.SMITHDB_ONLY and any(
+            i not in found and i not in hints for i in ids
+        ):
+            raise ValueError(
+                "this LangSmith deployment reads runs only through their project: pass "
+                "Run objects (with session_id) or project=... instead of bare run ids"
+            )
+        return [found[i] for i in ids if i in found]
+
+
+def _from_v1(run: ls_schemas.Run) -> RunRecord:
+    return RunRecord(
+        id=str(run.id),
+        project_id=str(run.session_id) if run.session_id else None,
+        start_time=_time(run.start_time),
+        inputs=run.inputs,
+        outputs=run.outputs,
+        reference_example_id=str(run.reference_example_id) if run.reference_example_id else None,
+        trace_id=str(run.trace_id) if run.trace_id else None,
+        name=run.name,
+        extra=dict(run.extra or {}),
+    )
+
+
+def _from_v2(run: Any) -> RunRecord:
+    extra = dict(run.extra or {})
+    metadata = getattr(run, "metadata", None)
+    if metadata is not None:  # v2 serves it as its own field; v1 inside extra
+        extra["metadata"] = dict(metadata)
+    return RunRecord(
+        id=str(run.id),
+        project_id=run.project_id,
+        start_time=_time(run.start_time),
+        inputs=run.inputs,
+        outputs=run.outputs,
+        reference_example_id=run.reference_example_id,
+        trace_id=run.trace_id,
+        name=run.name,
+        extra=extra,
+    )

@@ -1,0 +1,240 @@
+"""The mapping, conflict and report types of a LangSmith feedback source.
+
+`FeedbackMapping` says which LangSmith fields become which parts of a
+`Feedback`; `ConflictPolicy`, `Vote` and `Conflict` describe how reviews of
+one run that disagree are resolved, and `_resolve_conflicts` applies a
+policy; `SyncReport` is what a sync did. `_Review` is one human review or
+correction as read from LangSmith, before its run is fetched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from langchain_memalign.reports import AlignReport, UnalignReport
+
+ConflictPolicy = Literal["keep_all", "majority", "latest"]
+"""How reviews that disagree on one run are resolved.
+
+- `"keep_all"`: every review is its own episode (with its annotator);
+- `"majority"`: only the reviews with the most common label are kept (a tie
+  goes to the label of the latest review);
+- `"latest"`: only the reviews with the label of the latest review are kept.
+
+Under `"majority"` and `"latest"`, a human correction of model feedback
+outranks plain reviews: the latest correction's label wins.
+"""
+
+
+class FeedbackMapping(BaseModel):
+    """Which LangSmith fields become which parts of a `Feedback`.
+
+    Every entry is a dotted path into one record: the LangSmith feedback's
+    fields (`score`, `value`, `comment`, `correction`, `feedback_source`,
+    `extra`...), plus `run` (the run: `inputs`, `outputs`, `name`, `extra`)
+    and `example` (the dataset example of an experiment run: `inputs`,
+    `outputs`). Where several paths are given, the first one present (and,
+    for labels, valid on the judge's scale) wins.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    label: tuple[str, ...] = Field(default=("value", "score"), description="The reviewer's label.")
+    rationale: tuple[str, ...] = Field(
+        default=("comment",), description="Why the reviewer gave the label."
+    )
+    correction_label: tuple[str, ...] = Field(
+        default=("correction.value", "correction.score", "correction"),
+        description="The corrected label on corrected model feedback.",
+    )
+    correction_rationale: tuple[str, ...] = Field(
+        default=(
+            "correction.explanation",
+            "correction.rationale",
+            "correction.comment",
+            "comment",
+        ),
+        description="Why the model feedback was corrected. A `comment` that is still the "
+        "judge's own (unedited) rationale is never used.",
+    )
+    annotator: tuple[str, ...] = Field(
+        default=(
+            "feedback_source.metadata.annotator",
+            "feedback_source.user_name",
+            "feedback_source.user_id",
+        ),
+        description="Who gave the feedback. LangSmith stamps `feedback_source.user_id` "
+        "(and its `user_name`) from the API key that wrote the feedback, so reviews a "
+        "labelling tool writes for several people through one key share them: the "
+        "annotator the writer names in `source_info={'annotator': ...}` comes first, then "
+        "the reviewer's user name, then their user id.",
+    )
+    inputs: str = Field(default="run.inputs", description="The judged case's inputs.")
+    outputs: str = Field(default="run.outputs", description="The judged output.")
+    reference_outputs: str | None = Field(
+        default="example.outputs", description="Reference outputs (experiments); None: none."
+    )
+
+
+class Vote(BaseModel):
+    """One review in a conflict."""
+
+    feedback_id: str = Field(description="The `Feedback` id (`langsmith:<feedback id>`).")
+    annotator: str | None = None
+    label: Any = None
+    kind: Literal["review", "correction"] = "review"
+    at: dt.datetime | None = None
+
+
+class Conflict(BaseModel):
+    """Reviews of one run that disagree, and how they were resolved."""
+
+    run_id: str
+    votes: list[Vote]
+    resolution: Any = Field(
+        default=None, description="The winning label; None when all reviews are kept."
+    )
+    kept: list[str] = Field(default_factory=list, description="Feedback ids kept.")
+
+
+class SyncReport(BaseModel):
+    """What a sync read from LangSmith and changed in the judge's memory."""
+
+    listed: int = Field(default=0, description="Human reviews and corrections found.")
+    aligned: list[str] = Field(
+        default_factory=list,
+        description="Feedback ids aligned because new or modified (those whose reflection "
+        "failed are in `failed` instead).",
+    )
+    removed: list[str] = Field(
+        default_factory=list,
+        description="Feedback ids unaligned: deleted in LangSmith, or dropped by the "
+        "conflict policy.",
+    )
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="LangSmith feedback ids not used, with the reason."
+    )
+    conflicts: list[Conflict] = Field(default_factory=list)
+    runs_fetched: int = 0
+    align: AlignReport | None = None
+    unalign: UnalignReport | None = None
+    seconds: float = 0.0
+
+    @property
+    def added(self) -> list[str]:
+        """Feedback ids stored for the first time."""
+        return self.align.added if self.align else []
+
+    @property
+    def updated(self) -> list[str]:
+        """Feedback ids whose label, rationale or case changed."""
+        return self.align.updated if self.align else []
+
+    @property
+    def failed(self) -> list[str]:
+        """Feedback ids stored but not yet distilled (reflection failed; retried next sync)."""
+        return self.align.failed if self.align else []
+
+
+@dataclass(frozen=True)
+class _Review:
+    langsmith_id: str
+    run_id: str
+    project_id: str | None
+    start_time: dt.datetime | None
+    kind: Literal["review", "correction"]
+    source_type: str
+    label: Any
+    rationale: str | None
+    annotator: str | None
+    created_at: dt.datetime | None
+    modified_at: dt.datetime | None
+    record: dict[str, Any]
+
+    @property
+    def feedback_id(self) -> str:
+        return f"langsmith:{self.langsmith_id}"
+
+    @property
+    def stamp(self) -> str:
+        return _stamp(self.modified_at)
+
+    @property
+    def at(self) -> dt.datetime:
+        # Naive server times are UTC; comparing them with aware ones would raise.
+        t = self.modified_at or self.created_at or dt.datetime.min
+        return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def _resolve_conflicts(
+    reviews: Sequence[_Review], policy: ConflictPolicy
+) -> tuple[set[str], list[Conflict]]:
+    """The LangSmith feedback ids kept under `policy`, and the conflicts found."""
+    by_run: dict[str, list[_Review]] = {}
+    for r in reviews:
+        by_run.setdefault(r.run_id, []).append(r)
+    kept: set[str] = set()
+    conflicts: list[Conflict] = []
+    for run_id, group in by_run.items():
+        # One annotator's later review of a run replaces their earlier one.
+        latest: dict[tuple[str, str], _Review] = {}
+        current: list[_Review] = []
+        for r in sorted(group, key=lambda r: r.at):
+            if r.annotator is None:
+                current.append(r)
+            else:
+                latest[(r.annotator, r.kind)] = r
+        current += latest.values()
+        current.sort(key=lambda r: r.at)
+        labels = {_hashable(r.label) for r in current}
+        if len(labels) <= 1 or policy == "keep_all":
+            kept.update(r.langsmith_id for r in current)
+            resolution = None
+        else:
+            corrections = [r for r in current if r.kind == "correction"]
+            if corrections:
+                resolution = corrections[-1].label
+            elif policy == "latest":
+                resolution = current[-1].label
+            else:
+                counts = Counter(_hashable(r.label) for r in current)
+                top = max(counts.values())
+                resolution = next(
+                    r.label for r in reversed(current) if counts[_hashable(r.label)] == top
+                )
+            kept.update(
+                r.langsmith_id for r in current if _hashable(r.label) == _hashable(resolution)
+            )
+        if len(labels) > 1:
+            conflicts.append(
+                Conflict(
+                    run_id=run_id,
+                    votes=[
+                        Vote(
+                            feedback_id=r.feedback_id,
+                            annotator=r.annotator,
+                            label=r.label,
+                            kind=r.kind,
+                            at=r.modified_at,
+                        )
+                        for r in current
+                    ],
+                    resolution=resolution,
+                    kept=[r.feedback_id for r in current if r.langsmith_id in kept],
+                )
+            )
+    return kept, conflicts
+
+
+def _stamp(at: dt.datetime | None) -> str:
+    return at.isoformat() if at else ""
+
+
+def _hashable(label: Any) -> Any:
+    return (type(label).__name__, label) if isinstance(label, bool) else label

@@ -1,0 +1,260 @@
+"""The judge's verdicts on production runs, written to LangSmith as model feedback.
+
+`write_verdicts(judge, client, project=...)` judges production runs and
+writes each `Verdict` on its run as model feedback on the judge's key,
+linked to the judge's own traced run and marked as the judge's (`_mark`), so
+that reviewers can correct it in the LangSmith UI and the correction comes
+back through `LangSmithFeedbackSource`. `uncertainty` scores how much the
+recalled past cases disagree with a verdict; `_judge_runs` and
+`_write_verdict` are the two steps, shared with `JudgeAnnotationQueue`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tracers.langchain import LangChainTracer
+from langsmith import Client
+from langsmith import schemas as ls_schemas
+from langsmith import utils as ls_utils
+from pydantic import BaseModel, Field
+
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef
+from langchain_memalign.langsmith._fields import (
+    MISSING,
+    comment_digest,
+    distance,
+    get_path,
+    score_fields,
+)
+from langchain_memalign.langsmith.source import FeedbackMapping
+from langchain_memalign.result import JudgeResult, label_of
+
+_FEEDBACK_NS = uuid.UUID("6f1c1f0e-8a51-4d55-9d4f-6d656d616c67")
+
+
+def _mark(
+    judge: MemAlignJudge,
+    comment: str | None,
+    guideline_ids: Sequence[str] | None,
+    episode_ids: Sequence[str] | None,
+) -> dict[str, Any]:
+    return {
+        "memalign_judge": judge.config.name,
+        "memalign_comment": comment_digest(comment),
+        "guideline_ids": list(guideline_ids or []),
+        "episode_ids": list(episode_ids or []),
+    }
+
+
+# -- verdicts on production runs -------------------------------------------------------------
+
+
+class Verdict(BaseModel):
+    """The judge's verdict on one LangSmith run."""
+
+    run_id: str
+    key: str
+    score: Any = None
+    comment: str | None = None
+    guideline_ids: list[str] = Field(default_factory=list)
+    episode_ids: list[str] = Field(default_factory=list)
+    uncertainty: float = Field(
+        default=1.0,
+        description="How much the most similar past cases disagree with the verdict, "
+        "closest first weighted most: 0 (all agree) to 1 (all disagree, or none known).",
+    )
+    judge_run_id: str | None = Field(default=None, description="The judge's traced run.")
+    feedback_id: str | None = Field(
+        default=None, description="The model feedback holding the verdict, when written."
+    )
+    kept_correction: bool = Field(
+        default=False,
+        description="A reviewer had corrected the earlier verdict: it was left as corrected.",
+    )
+
+
+def uncertainty(judge: MemAlignJudge, result: JudgeResult) -> float:
+    """How unsure a verdict is, from the expert labels of the cases it recalled.
+
+    The retrieved episodes come most similar first; each one disagreeing
+    with the verdict adds its weight (1, 1/2, 1/3...). A verdict with no
+    similar past case is maximally unsure (1.0).
+    """
+    ids = list((result.get("metadata") or {}).get("episode_ids") or [])
+    stored = judge.memory.feedback(ids) if ids else {}
+    pairs = [(1.0 / (rank + 1), stored[i].value) for rank, i in enumerate(ids) if i in stored]
+    if not pairs:
+        return 1.0
+    total = sum(w for w, _ in pairs)
+    return sum(w * distance(judge.scale, label_of(result), v) for w, v in pairs) / total
+
+
+def _case(run: RunRecord, mapping: FeedbackMapping) -> dict[str, Any]:
+    root = {"run": {"id": run.id, "name": run.name, "inputs": run.inputs,
+                    "outputs": run.outputs, "extra": run.extra}}  # fmt: skip
+
+    def pick(path: str | None) -> Any:
+        value = MISSING if path is None else get_path(root, path)
+        return None if value is MISSING else value
+
+    ref = mapping.reference_outputs
+    return {
+        "inputs": pick(mapping.inputs),
+        "outputs": pick(mapping.outputs),
+        "reference_outputs": pick(ref) if ref and ref.startswith("run.") else None,
+    }
+
+
+def _judge_runs(
+    judge: MemAlignJudge,
+    runs: Sequence[RunRecord],
+    *,
+    client: Client | None = None,
+    trace: bool = False,
+    mapping: FeedbackMapping | None = None,
+    tracing_project: str = "evaluators",
+    max_concurrency: int = 4,
+) -> list[Verdict]:
+    """Judge LangSmith runs (as the integration reads them), in one batch.
+
+    With `trace`, each judgment is traced to `tracing_project` under a known
+    run id (`Verdict.judge_run_id`), so that feedback can link to it.
+    """
+    if not runs:
+        return []
+    mapping = mapping or FeedbackMapping()
+    cases = [_case(run, mapping) for run in runs]
+    judge_run_ids = [uuid.uuid4() for _ in runs]
+    tracer = LangChainTracer(client=client, project_name=tracing_project) if trace else None
+    configs: list[RunnableConfig] = []
+    for rid in judge_run_ids:
+        config: RunnableConfig = {"max_concurrency": max_concurrency, "run_name": judge.config.name}
+        if tracer is not None:
+            config.update({"callbacks": [tracer], "run_id": rid})
+        configs.append(config)
+    results = judge.batch(cases, configs)
+    if tracer is not None:
+        tracer.wait_for_futures()
+    verdicts = []
+    for run, result, rid in zip(runs, results, judge_run_ids, strict=True):
+        meta = result.get("metadata") or {}
+        verdicts.append(
+            Verdict(
+                run_id=run.id,
+                key=result["key"],
+                score=label_of(result),
+                comment=result.get("comment"),
+                guideline_ids=list(meta.get("guideline_ids") or []),
+                episode_ids=list(meta.get("episode_ids") or []),
+                uncertainty=uncertainty(judge, result),
+                judge_run_id=str(rid) if trace else None,
+            )
+        )
+    return verdicts
+
+
+def _write_verdict(
+    judge: MemAlignJudge, client: Client, run: RunRecord, verdict: Verdict
+) -> Verdict:
+    """Write a verdict on its run as model feedback (see `write_verdicts`); returns it updated.
+
+    The feedback id is stable per judge and run, so writing again rewrites the
+    previous verdict in place (`update_feedback`: its score, value and comment),
+    unless a reviewer has corrected it: then it is left as is. Its source info
+    (the judge's mark) cannot be updated and stays that of the first verdict.
+    """
+    fid = verdict_feedback_id(judge, run.id)
+    try:
+        existing: ls_schemas.Feedback | None = client.read_feedback(fid)
+    except ls_utils.LangSmithNotFoundError:
+        existing = None
+    if existing is not None and existing.correction not in (None, {}, ""):
+        return verdict.model_copy(update={"feedback_id": fid, "kept_correction": True})
+    if existing is not None:
+        # In place, with the API for it: deleting and re-creating the id would leave the
+        # run without a verdict in between, and reuse an id the service had deleted.
+        fields = score_fields(judge.scale, verdict.score)
+        client.update_feedback(
+            fid,
+            score=fields.get("score"),
+            value=fields.get("value"),
+            comment=verdict.comment,
+        )
+        return verdict.model_copy(update={"feedback_id": fid})
+    client.create_feedback(
+        run.id,
+        judge.config.name,
+        **score_fields(judge.scale, verdict.score),
+        comment=verdict.comment,
+        feedback_source_type="model",
+        source_run_id=verdict.judge_run_id,
+        source_info=_mark(judge, verdict.comment, verdict.guideline_ids, verdict.episode_ids),
+        feedback_id=fid,
+        session_id=run.project_id,
+    )
+    return verdict.model_copy(update={"feedback_id": fid})
+
+
+def verdict_feedback_id(judge: MemAlignJudge, run_id: str) -> str:
+    """The id of the model feedback holding a judge's verdict on a run (stable)."""
+    return str(uuid.uuid5(_FEEDBACK_NS, f"{judge.config.name}:{run_id}"))
+
+
+def write_verdicts(
+    judge: MemAlignJudge,
+    client: Client | None = None,
+    runs: Sequence[RunRef] | None = None,
+    *,
+    project: str | uuid.UUID | None = None,
+    limit: int | None = None,
+    mapping: FeedbackMapping | None = None,
+    tracing_project: str = "evaluators",
+    max_concurrency: int = 4,
+) -> list[Verdict]:
+    """Judge production runs and write each verdict as model feedback.
+
+    Each judgment is traced to `tracing_project`, and its verdict is written
+    on the run as `model` feedback on the judge's key, linked to that trace
+    (`source_run_id`), with the rationale as comment. A reviewer can correct
+    it in the LangSmith UI; `LangSmithFeedbackSource` turns the correction
+    into the judge's strongest feedback. Writing again replaces the previous
+    verdict unless a reviewer corrected it.
+
+    Args:
+        judge: The judge.
+        client: A `langsmith.Client` (default: from the environment).
+        runs: The runs to judge (ids or `Run` objects)...
+        project: ...or a project whose root runs to judge (newest first).
+        limit: At most this many runs of the project.
+        mapping: Which run fields are the case's inputs and outputs.
+        tracing_project: Where the judge's runs are traced.
+        max_concurrency: Judgments in parallel.
+    """
+    client = client or Client()
+    records = LangSmithAPI.of(client).records(runs, project, limit)
+    verdicts = _judge_runs(
+        judge,
+        records,
+        client=client,
+        trace=True,
+        mapping=mapping,
+        tracing_project=tracing_project,
+        max_concurrency=max_concurrency,
+    )
+    return [_write_verdict(judge, client, r, v) for r, v in zip(records, verdicts, strict=True)]
+
+
+async def awrite_verdicts(
+    judge: MemAlignJudge,
+    client: Client | None = None,
+    runs: Sequence[RunRef] | None = None,
+    **kwargs: Any,
+) -> list[Verdict]:
+    """Async twin of `write_verdicts` (runs off the event loop)."""
+    return await asyncio.to_thread(write_verdicts, judge, client, runs, **kwargs)

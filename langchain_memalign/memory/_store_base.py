@@ -1,0 +1,312 @@
+"""The memory database's schema, connection and error mapping.
+
+`StoreBase` is the part of `MemoryStore` every table depends on: the SQL
+schema and the columns this version reads, the connection with its lock,
+the translation of errors from stored bytes into `MemoryFormatError`, the
+meta table (format version, memory id, version number) and the
+transactions that give each commit a new version and keep the before-images
+older readers need. The module also holds the file names of a memory
+folder, the cleanup of leftovers of interrupted writes, the JSON encoding of
+feedback and the small helpers (vectors as bytes, chunked id lists).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from langchain_memalign.errors import InvalidFeedbackError, MemoryFormatError
+from langchain_memalign.feedback import Feedback, storable_problem
+
+SCHEMA_VERSION = 1
+DB_FILE = "memory.sqlite"
+INDEX_FILE = "episodes.faiss"
+# Temporary files of an atomic write; a killed save leaves them behind, and
+# they may hold text of feedback unaligned since, so every open and save
+# removes them.
+LEFTOVER_PREFIXES = (".memory-", "." + INDEX_FILE + "-")
+_LEFTOVER_ENDS = (".tmp", ".tmp-journal", ".tmp-wal", ".tmp-shm")
+# Per-commit "before" images of changed episode payloads kept in process, so
+# that a reader holding an older memory version still sees that version's
+# episodes (see `episodes_by_rowid`).
+_KEPT_VERSIONS = 64
+
+# The tables and columns this version reads; a database without them is not
+# a memory this version can use.
+_COLUMNS = {
+    "meta": {"key", "value"},
+    "feedback": {"id", "payload", "content_hash", "reflected", "updated_at"},
+    "episodes": {"feedback_id", "text_hash", "vector"},
+    "guidelines": {"id", "text", "vector", "created_at", "position"},
+    "guideline_sources": {"guideline_id", "feedback_id"},
+    "history": {"seq", "at", "action", "feedback_ids", "guideline_ids"},
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS feedback (
+    id TEXT PRIMARY KEY,
+    payload TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    reflected INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS episodes (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    feedback_id TEXT NOT NULL UNIQUE REFERENCES feedback(id) ON DELETE CASCADE,
+    text_hash TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS guidelines (
+    id TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    vector BLOB,
+    created_at TEXT NOT NULL,
+    position INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS guideline_sources (
+    guideline_id TEXT NOT NULL REFERENCES guidelines(id) ON DELETE CASCADE,
+    feedback_id TEXT NOT NULL,
+    PRIMARY KEY (guideline_id, feedback_id)
+);
+CREATE INDEX IF NOT EXISTS guideline_sources_by_feedback ON guideline_sources(feedback_id);
+CREATE INDEX IF NOT EXISTS feedback_pending ON feedback(reflected) WHERE reflected = 0;
+CREATE TABLE IF NOT EXISTS history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    action TEXT NOT NULL,
+    feedback_ids TEXT NOT NULL,
+    guideline_ids TEXT NOT NULL
+);
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _vec_blob(v: np.ndarray) -> bytes:
+    return np.asarray(v, dtype=np.float32).tobytes()
+
+
+def encode_feedback(fb: Feedback) -> str:
+    """The JSON stored for a feedback item; `InvalidFeedbackError` if it cannot round-trip.
+
+    JSON has no NaN or Infinity (pydantic would write them as `null`, silently
+    changing the feedback) and SQLite stores text as UTF-8 (a lone surrogate
+    cannot be encoded), so both are refused here, before anything is written.
+    """
+    try:
+        problem = storable_problem(fb.model_dump())
+        if problem:
+            raise ValueError(problem)
+        text = json.dumps(fb.model_dump(mode="json"), ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except (ValueError, TypeError, UnicodeError, RecursionError) as e:
+        raise InvalidFeedbackError(
+            f"feedback {fb.id!r} cannot be stored: {type(e).__name__}: {e}", feedback_id=fb.id
+        ) from e
+    return text
+
+
+def remove_leftovers(folder: Path) -> list[str]:
+    """Delete the temporary files (or folders) of atomic writes that a crash left behind.
+
+    They are copies of an older memory and may hold text of feedback that has
+    been unaligned since. Only one process should write a folder at a time:
+    another process's save in progress would lose its temporary file.
+    """
+    removed: list[str] = []
+    with contextlib.suppress(OSError):
+        for p in folder.iterdir():
+            # SQLite's journal of a temporary copy killed mid-write ends in
+            # `.tmp-journal` and holds page images of the copy: text too.
+            if not (p.name.startswith(LEFTOVER_PREFIXES) and p.name.endswith(_LEFTOVER_ENDS)):
+                continue
+            with contextlib.suppress(OSError):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(p.name)
+    return removed
+
+
+class StoreBase:
+    """Connection, lock, error mapping, meta table and transactions of a memory database."""
+
+    def __init__(self, conn: sqlite3.Connection, folder: Path | None) -> None:
+        self._conn = conn
+        self.folder = folder
+        self.lock = threading.RLock()
+        # rowid -> payload before the running transaction changed it.
+        self._tx_before: dict[int, str] | None = None
+        # (change_seq, {rowid: payload before that commit}) for recent commits, oldest first.
+        self._versions: list[tuple[int, dict[int, str]]] = []
+        try:
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA secure_delete=ON")
+        except (sqlite3.DatabaseError, ValueError) as e:
+            raise MemoryFormatError(f"{self._where()}: cannot open MemAlign memory ({e})") from e
+
+    def _where(self) -> str:
+        return str(self.folder) if self.folder is not None else "in-process memory"
+
+    def close(self) -> None:
+        """Close the database connection."""
+        with self.lock:
+            self._conn.close()
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Turn errors from stored bytes (SQLite, JSON, pydantic) into `MemoryFormatError`."""
+        try:
+            yield
+        except MemoryFormatError:
+            raise
+        except sqlite3.ProgrammingError:  # a closed store: a usage error, not a bad file
+            raise
+        except (
+            sqlite3.DatabaseError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+            RecursionError,
+        ) as e:  # fmt: skip
+            raise MemoryFormatError(
+                f"{self._where()}: corrupt MemAlign memory: cannot read {what} "
+                f"({type(e).__name__}: {e})"
+            ) from e
+
+    # -- meta --------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> Any:
+        """A JSON value from the meta table, or None."""
+        with self.lock, self._reading(f"meta.{key}"):
+            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            return None if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set a JSON value in the meta table (inside or outside a transaction)."""
+        with self.lock:
+            self._conn.execute(
+                "INSERT INTO meta(key, value) VALUES(?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                (key, json.dumps(value, allow_nan=False)),
+            )
+
+    def change_seq(self) -> int:
+        """The number of committed changes (the memory's version number)."""
+        seq = self.get_meta("change_seq")
+        if seq is None:
+            return 0
+        if type(seq) is not int or seq < 0:
+            raise MemoryFormatError(f"{self._where()}: meta.change_seq is {seq!r}, not a count")
+        return seq
+
+    def identity(self) -> dict[str, Any]:
+        """What the stored content is: memory id, version number and version token.
+
+        The token is random per commit, so two copies of one memory that
+        diverge never share an identity even at the same version number.
+        """
+        with self.lock:
+            return {
+                "memory_id": self.get_meta("memory_id"),
+                "change_seq": self.change_seq(),
+                "content_version": self.get_meta("content_version"),
+            }
+
+    # -- transactions ------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All-or-nothing writes; a commit gives the memory a new version.
+
+        The change sequence and a random content version are written in the
+        same commit, so the index cache can tell which content it describes.
+        """
+        with self.lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.ProgrammingError:
+                raise
+            except (sqlite3.DatabaseError, ValueError) as e:
+                raise MemoryFormatError(f"{self._where()}: cannot write the memory ({e})") from e
+            self._tx_before = {}
+            try:
+                yield self._conn
+                seq = self.change_seq() + 1
+                self.set_meta("change_seq", seq)
+                self.set_meta("content_version", uuid.uuid4().hex)
+                self._conn.execute("COMMIT")
+            except BaseException as e:
+                # SQLite may have rolled back already (a full disk, a corrupt page).
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+                self._tx_before = None
+                # UnicodeDecodeError: text of a corrupt page read during the write.
+                if isinstance(e, sqlite3.DatabaseError | UnicodeDecodeError) and not isinstance(
+                    e, sqlite3.ProgrammingError
+                ):
+                    raise MemoryFormatError(
+                        f"{self._where()}: cannot write the memory ({e}); nothing was changed"
+                    ) from e
+                raise
+            before, self._tx_before = self._tx_before, None
+            self._versions.append((seq, before))
+            del self._versions[:-_KEPT_VERSIONS]
+            # The cached FAISS file now describes an older memory (and may hold
+            # vectors of unaligned feedback): drop it, `save` writes a fresh one.
+            if self.folder is not None:
+                with contextlib.suppress(OSError):
+                    (self.folder / INDEX_FILE).unlink(missing_ok=True)
+
+    def _remember(self, conn: sqlite3.Connection, where: str, args: list[Any]) -> None:
+        """Keep the payloads of episodes a transaction is about to change (first write wins)."""
+        if self._tx_before is None or not args:
+            return
+        for rowid, payload in conn.execute(
+            f"SELECT e.rowid, f.payload FROM episodes e JOIN feedback f "
+            f"ON f.id = e.feedback_id WHERE {where}",
+            args,
+        ):
+            self._tx_before.setdefault(int(rowid), payload)
+
+    def forget_versions(self, up_to: int) -> None:
+        """Drop the before-images no reader needs: those of commits up to version `up_to`.
+
+        A reader at version v needs the images of commits after v only; the
+        memory calls this with the oldest version a reader still holds, so
+        text of unaligned feedback does not linger in process memory.
+        """
+        with self.lock:
+            self._versions = [(seq, before) for seq, before in self._versions if seq > up_to]
+
+
+def _vector(blob: Any) -> np.ndarray:
+    if not isinstance(blob, bytes) or not blob or len(blob) % 4:
+        raise ValueError(f"a stored vector is not float32 bytes ({type(blob).__name__})")
+    return np.frombuffer(blob, dtype=np.float32).copy()
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA synchronous=FULL")
+    except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: undecodable schema text
+        raise MemoryFormatError(f"{db}: cannot open MemAlign memory ({e})") from e
+    return conn
+
+
+def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
