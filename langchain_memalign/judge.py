@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -20,44 +19,23 @@ from pydantic import ValidationError
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import (
     InvalidFeedbackError,
-    ReflectionError,
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
+from langchain_memalign.graphs.alignment import AlignmentRun
 from langchain_memalign.graphs.cases import PrepareCases, TakeResult
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
-from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.reports import AlignReport, UnalignReport
 from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale, ScaleSpec
 
 if TYPE_CHECKING:  # the judge does not depend on the evaluation toolkit to load
     from langchain_memalign.evaluation.agreement import AgreementReport
-
-
-def _mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
-    """Reflection batches that each hold every score present, as evenly as possible.
-
-    A rule's condition is learned from contrast: a batch of only failing cases invites
-    a rule that also catches the passing ones.
-    """
-    if len(items) <= size:
-        return [items] if items else []
-    by_value: dict[str, list[Feedback]] = {}
-    for fb in items:
-        by_value.setdefault(repr(fb.value), []).append(fb)
-    n = -(-len(items) // size)
-    batches: list[list[Feedback]] = [[] for _ in range(n)]
-    i = 0
-    for group in by_value.values():
-        for fb in group:
-            batches[i % n].append(fb)
-            i += 1
-    return batches
 
 
 class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
@@ -201,6 +179,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
             build_align_graph(memory, self.reflection_model, validator=validator)
         )
+        self._run = AlignmentRun(memory, self.align_graph, self._align_nodes)
         self._chain = (
             PrepareCases(memory) | self.graph | TakeResult(memory.config.scale)
         ).with_config(run_name=self.name)
@@ -417,58 +396,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 `raise_on_failure`); their feedback is stored and retried by the
                 next `align`, and the error carries the report.
         """
-        started = time.perf_counter()
         items = self._validate(feedback)
-        config = ensure_config(config)
-        mem = self.memory
-        with mem.write_lock:
-            before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
-            known = mem.store.feedback_state(fb.id for fb in items)
-            added = [fb for fb in items if fb.id not in known]
-            updated = [
-                fb for fb in items if fb.id in known and known[fb.id][0] != fb.content_hash()
-            ]
-            unchanged = [
-                fb for fb in items if fb.id in known and known[fb.id][0] == fb.content_hash()
-            ]
-            usage = Usage()
-            errors: list[str] = []
-            if updated:
-                forgot = self._align_nodes.forget(
-                    [fb.id for fb in updated], delete=False, config=config
-                )
-                usage, errors = usage + forgot.usage, errors + forgot.errors
-            fresh = {fb.id for fb in added + updated}
-            pending = [i for i in mem.store.pending_reflection() if i not in fresh]
-            to_reflect = [fb for fb in added + updated if fb.rationale]
-            to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
-            batches = _mixed_batches(to_reflect, self.config.reflect_batch_size)
-            state: AlignState = {"to_store": added + updated, "batches": batches}
-            out = self.align_graph.invoke(state, config)
-            after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
-        report = AlignReport(
-            added=[fb.id for fb in added],
-            updated=[fb.id for fb in updated],
-            unchanged=[fb.id for fb in unchanged],
-            guidelines_added=sorted(after.keys() - before.keys()),
-            guidelines_removed=sorted(before.keys() - after.keys()),
-            guidelines_updated=sorted(
-                g for g in after.keys() & before.keys() if after[g] != before[g]
-            ),
-            failed=sorted(set(out.get("failed") or [])),
-            guidelines_rejected=list(out.get("rejected") or []),
-            validation=list(out.get("validation") or []),
-            errors=errors + list(out.get("errors") or []),
-            usage=usage + Usage.sum(out.get("usages") or []),
-            seconds=time.perf_counter() - started,
-        )
-        if report.failed and raise_on_failure:
-            raise ReflectionError(
-                f"reflection failed for feedback {report.failed}; it is stored and will be "
-                f"retried by the next align. Errors: {'; '.join(report.errors)}",
-                report=report,
-            )
-        return report
+        return self._run.align(items, ensure_config(config), raise_on_failure=raise_on_failure)
 
     async def aalign(
         self,
@@ -497,24 +426,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         """
         if isinstance(ids, str):
             raise TypeError(f"unalign takes a list of feedback ids, not a string: [{ids!r}]")
-        started = time.perf_counter()
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return UnalignReport(seconds=time.perf_counter() - started)
-        with self.memory.write_lock:
-            known = self.memory.store.feedback_state(ids)
-            missing = [i for i in ids if i not in known]
-            if missing:
-                raise UnknownFeedbackError(missing)
-            result = self._align_nodes.forget(ids, delete=True, config=ensure_config(config))
-        return UnalignReport(
-            removed=ids,
-            guidelines_removed=result.removed,
-            guidelines_rederived=result.rederived,
-            errors=result.errors,
-            usage=result.usage,
-            seconds=time.perf_counter() - started,
-        )
+        return self._run.unalign(list(ids), ensure_config(config))
 
     async def aunalign(
         self, ids: Sequence[str], config: RunnableConfig | None = None

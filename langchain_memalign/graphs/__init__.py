@@ -2,6 +2,7 @@
 
 - `judge`: embed the case, load guidelines and retrieve episodes, then judge;
 - `align`: reflect on feedback, merge it into memory, validate new guidelines, consolidate;
+- `alignment`: one align or unalign run (what `MemAlignJudge.align` and `unalign` do);
 - `forget`: the unalign step (remove feedback, re-derive what it fed);
 - `validate`: new guidelines graded on seen cases; `provenance`: checks on proposals;
 - `schemas`: what the alignment model calls return;

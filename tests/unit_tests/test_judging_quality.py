@@ -10,9 +10,9 @@ from conftest import fb
 from fakes import RoleResponder, ScriptedChatModel
 
 from langchain_memalign._text import tidy_rationale
+from langchain_memalign.graphs.alignment import mixed_batches
 from langchain_memalign.graphs.judge import swap_outputs
 from langchain_memalign.graphs.prompts import judge_messages
-from langchain_memalign.judge import _mixed_batches
 from langchain_memalign.scale import Scale
 
 
@@ -107,11 +107,11 @@ def test_checklist_prompt_only_with_guidelines() -> None:
 
 def test_reflection_batches_mix_scores() -> None:
     items = [fb(f"f{i}", "q", "a", i < 6, "r") for i in range(9)]  # 6 pass, 3 fail
-    batches = _mixed_batches(items, 5)
+    batches = mixed_batches(items, 5)
     assert [len(b) for b in batches] == [5, 4]
     assert all({x.value for x in b} == {True, False} for b in batches)
     assert sorted(x.id for b in batches for x in b) == sorted(x.id for x in items)
-    assert _mixed_batches(items[:3], 5) == [items[:3]] and _mixed_batches([], 5) == []
+    assert mixed_batches(items[:3], 5) == [items[:3]] and mixed_batches([], 5) == []
 
 
 def test_reflection_sees_contrasting_stored_cases(make_judge: Any) -> None:

@@ -1,0 +1,129 @@
+"""One `align` or `unalign` run over a judge's memory: what the judge's methods do.
+
+`MemAlignJudge.align` validates the feedback and hands it here: sort it into added,
+changed and unchanged items, forget what changed items fed, batch what needs reflecting,
+run the alignment graph under the memory's write lock, and report. `unalign` removes
+feedback through the graph's forget step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+
+from langchain_memalign.errors import ReflectionError, UnknownFeedbackError
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.align import AlignNodes, AlignState
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+
+
+def mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
+    """Reflection batches that each hold every score present, as evenly as possible.
+
+    A rule's condition is learned from contrast: a batch of only failing cases invites
+    a rule that also catches the passing ones.
+    """
+    if len(items) <= size:
+        return [items] if items else []
+    by_value: dict[str, list[Feedback]] = {}
+    for fb in items:
+        by_value.setdefault(repr(fb.value), []).append(fb)
+    n = -(-len(items) // size)
+    batches: list[list[Feedback]] = [[] for _ in range(n)]
+    i = 0
+    for group in by_value.values():
+        for fb in group:
+            batches[i % n].append(fb)
+            i += 1
+    return batches
+
+
+class AlignmentRun:
+    """Runs `align` and `unalign` for one judge (see the module doc)."""
+
+    def __init__(
+        self,
+        memory: JudgeMemory,
+        graph: CompiledStateGraph[AlignState, None, AlignState, AlignState],
+        nodes: AlignNodes,
+    ) -> None:
+        self.memory = memory
+        self.graph = graph
+        self.nodes = nodes
+
+    def align(
+        self, items: list[Feedback], config: RunnableConfig, *, raise_on_failure: bool
+    ) -> AlignReport:
+        """Learn from validated feedback (see `MemAlignJudge.align`)."""
+        started = time.perf_counter()
+        mem = self.memory
+        with mem.write_lock:
+            before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
+            known = mem.store.feedback_state(fb.id for fb in items)
+            added = [fb for fb in items if fb.id not in known]
+            updated = [
+                fb for fb in items if fb.id in known and known[fb.id][0] != fb.content_hash()
+            ]
+            unchanged = [
+                fb for fb in items if fb.id in known and known[fb.id][0] == fb.content_hash()
+            ]
+            usage = Usage()
+            errors: list[str] = []
+            if updated:
+                forgot = self.nodes.forget([fb.id for fb in updated], delete=False, config=config)
+                usage, errors = usage + forgot.usage, errors + forgot.errors
+            fresh = {fb.id for fb in added + updated}
+            pending = [i for i in mem.store.pending_reflection() if i not in fresh]
+            to_reflect = [fb for fb in added + updated if fb.rationale]
+            to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
+            batches = mixed_batches(to_reflect, mem.config.reflect_batch_size)
+            state: AlignState = {"to_store": added + updated, "batches": batches}
+            out = self.graph.invoke(state, config)
+            after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
+        report = AlignReport(
+            added=[fb.id for fb in added],
+            updated=[fb.id for fb in updated],
+            unchanged=[fb.id for fb in unchanged],
+            guidelines_added=sorted(after.keys() - before.keys()),
+            guidelines_removed=sorted(before.keys() - after.keys()),
+            guidelines_updated=sorted(
+                g for g in after.keys() & before.keys() if after[g] != before[g]
+            ),
+            failed=sorted(set(out.get("failed") or [])),
+            guidelines_rejected=list(out.get("rejected") or []),
+            validation=list(out.get("validation") or []),
+            errors=errors + list(out.get("errors") or []),
+            usage=usage + Usage.sum(out.get("usages") or []),
+            seconds=time.perf_counter() - started,
+        )
+        if report.failed and raise_on_failure:
+            raise ReflectionError(
+                f"reflection failed for feedback {report.failed}; it is stored and will be "
+                f"retried by the next align. Errors: {'; '.join(report.errors)}",
+                report=report,
+            )
+        return report
+
+    def unalign(self, ids: list[str], config: RunnableConfig) -> UnalignReport:
+        """Remove feedback and everything derived from it (see `MemAlignJudge.unalign`)."""
+        started = time.perf_counter()
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return UnalignReport(seconds=time.perf_counter() - started)
+        with self.memory.write_lock:
+            known = self.memory.store.feedback_state(ids)
+            missing = [i for i in ids if i not in known]
+            if missing:
+                raise UnknownFeedbackError(missing)
+            result = self.nodes.forget(ids, delete=True, config=config)
+        return UnalignReport(
+            removed=ids,
+            guidelines_removed=result.removed,
+            guidelines_rederived=result.rederived,
+            errors=result.errors,
+            usage=result.usage,
+            seconds=time.perf_counter() - started,
+        )
