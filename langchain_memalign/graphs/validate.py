@@ -149,6 +149,9 @@ class GuidelineValidator:
         after, u = self._grade(cases, {}, config)
         usage = usage + u
         errors: list[str] = []
+        failed = sorted({fb.id for fb in cases} - (before.keys() & after.keys()))
+        if failed:  # such cases count for neither side; say so rather than guess
+            errors.append(f"validation could not grade seen cases {failed}")
         checks: list[GuidelineCheck] = []
         dropped: list[str] = []
         narrowed: list[Guideline] = []

@@ -112,3 +112,23 @@ def test_validation_leaves_each_case_own_episode_out(make_judge: Any) -> None:
         graded = next(f for f in (UPSET, CALM, CALM2) if str(f.inputs) in case)
         assert memory  # the other seen cases are there, as earlier turns
         assert str(graded.inputs) not in memory
+
+
+def test_a_case_validation_cannot_grade_is_reported_not_counted(make_judge: Any) -> None:
+    def flaky(case: str, memory: str) -> Any:
+        if "abroad" in case:
+            return ConnectionError("model server down")
+        return judge_rule(case, memory)
+
+    responder = RoleResponder(judge_rule=flaky)
+
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {"guidelines": [{"text": BROAD, "source_ids": ["upset"], "existing_id": ""}]}
+        return responder(messages)
+
+    judge = make_judge(model=ScriptedChatModel(responder=respond), validate_guidelines="sources")
+    report = judge.align([UPSET, CALM, CALM2])
+    [check] = report.validation
+    assert "calm2" not in check.cases and check.broken == ["calm"] and check.fixed == ["upset"]
+    assert any("calm2" in e for e in report.errors)
