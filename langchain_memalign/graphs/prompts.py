@@ -111,15 +111,26 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _episode_block(ep: Episode, max_chars: int, *, verdict_first: bool = False) -> str:
-    parts = [("Inputs", data_text(ep.inputs)), ("Outputs", data_text(ep.outputs))]
+_CASE_LABELS = {"inputs": "Inputs", "outputs": "Outputs", "reference_outputs": "Reference outputs"}
+
+
+def _budgeted(ep: Episode, max_chars: int) -> tuple[str, dict[str, str]]:
+    """An episode's rationale and case text, cut to `max_chars` in all.
+
+    The verdict and rationale are what the episode teaches: they get their share of
+    the budget first, the case text gets the rest.
+    """
+    parts = {"inputs": ep.inputs, "outputs": ep.outputs}
     if ep.reference_outputs is not None:
-        parts.append(("Reference outputs", data_text(ep.reference_outputs)))
-    # The verdict and rationale are what the episode teaches: they get their
-    # share of the budget first, the case text gets the rest.
+        parts["reference_outputs"] = ep.reference_outputs
     reason = truncate(ep.rationale or "", max_chars // 3)
     room = max(60, (max_chars - len(reason)) // len(parts))
-    case = [f"{name}: {truncate(text, room)}" for name, text in parts if text]
+    return reason, {key: truncate(render(value), room) for key, value in parts.items()}
+
+
+def _episode_block(ep: Episode, max_chars: int, *, verdict_first: bool = False) -> str:
+    reason, parts = _budgeted(ep, max_chars)
+    case = [f"{_CASE_LABELS[key]}: {data_text(text)}" for key, text in parts.items() if text]
     verdict = [f"Expert score: {format_value(ep.value)}"]
     if reason:
         verdict.append(f"Expert rationale: {reason}")
@@ -220,12 +231,7 @@ def _turns(
     messages: list[BaseMessage] = [SystemMessage(content=system)]
     # Least similar first: the most similar past case sits right before this one.
     for ep in reversed(list(episodes)):
-        reason = truncate(ep.rationale or "", max_chars // 3)
-        parts = {"inputs": ep.inputs, "outputs": ep.outputs}
-        if ep.reference_outputs is not None:
-            parts["reference_outputs"] = ep.reference_outputs
-        room = max(60, (max_chars - len(reason)) // len(parts))
-        past = {key: truncate(render(value), room) for key, value in parts.items()}
+        reason, past = _budgeted(ep, max_chars)
         messages.append(
             HumanMessage(content=f"<case>\n{fill_instructions(instructions, past)}\n</case>")
         )

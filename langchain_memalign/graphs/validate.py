@@ -160,8 +160,7 @@ class GuidelineValidator:
             if not checked:
                 checks.append(GuidelineCheck(guideline_id=g.id, text=g.text, action="unchecked"))
                 continue
-            fixed = [c for c in checked if after[c] and not before[c]]
-            broken = [c for c in checked if before[c] and not after[c]]
+            fixed, broken = _effect(checked, before, after)
             check = GuidelineCheck(
                 guideline_id=g.id, text=g.text, cases=checked, fixed=fixed, broken=broken,
                 action="kept",
@@ -210,9 +209,8 @@ class GuidelineValidator:
         cases = [feedback[c] for c in checked]
         again, u = self._grade(cases, {g.id: candidate}, config)
         usage = usage + u
-        fixed = sum(1 for c in again if again[c] and not before.get(c, True))
-        broken_now = sum(1 for c in again if before.get(c, False) and not again[c])
-        return (candidate if broken_now <= fixed else None), usage
+        fixed, broken_now = _effect([c for c in again if c in before], before, again)
+        return (candidate if len(broken_now) <= len(fixed) else None), usage
 
     def _commit(self, dropped: list[str], narrowed: list[Guideline], usage: Usage) -> None:
         mem = self.memory
@@ -225,3 +223,12 @@ class GuidelineValidator:
             sources = [s for g in narrowed for s in g.source_ids]
             mem.store.log(conn, "validate", sources, dropped + [g.id for g in narrowed])
         mem.refresh_guidelines()
+
+
+def _effect(
+    cases: Sequence[str], before: dict[str, bool], after: dict[str, bool]
+) -> tuple[list[str], list[str]]:
+    """Which cases a change fixed (wrong before, right after) and broke (the reverse)."""
+    fixed = [c for c in cases if after[c] and not before[c]]
+    broken = [c for c in cases if before[c] and not after[c]]
+    return fixed, broken
