@@ -71,6 +71,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         embeddings: An embedding model or a `"provider:model"` string.
         scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
         k: Past cases retrieved per judgment.
+        min_episode_similarity: Similarity a retrieved past case needs to be shown
+            (`None`: the `k` nearest whatever their similarity).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present);
             `None` keeps the memory in process.
@@ -110,6 +112,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         *,
         scale: ScaleSpec = bool,
         k: int = 5,
+        min_episode_similarity: float | None = None,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
@@ -134,6 +137,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             instructions=instructions,
             scale=Scale.of(scale),
             k=k,
+            min_episode_similarity=min_episode_similarity,
             embed=embed,
             guideline_token_budget=guideline_token_budget,
             episode_max_chars=episode_max_chars,

@@ -35,7 +35,11 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "validate_max_calls": (0, 10_000),
     "reflect_contrast": (0, 32),
     "source_support": (-1.0, 1.0),
+    "min_episode_similarity": (-1.0, 1.0),
 }
+
+# Options whose `None` means "off" rather than a number out of bounds.
+OPTIONAL = frozenset({"source_support", "min_episode_similarity"})
 
 # What a stored memory is: changing these would make its guidelines or its
 # vectors mean something else, so they cannot change on reopening.
@@ -61,7 +65,7 @@ def check_config_bounds(values: Any, *, where: Any) -> None:
     if not isinstance(values, dict):
         raise MemoryFormatError(f"{where}: meta.config is not an object")
     for field, (low, high) in CONFIG_BOUNDS.items():
-        if field not in values or (field == "source_support" and values[field] is None):
+        if field not in values or (values[field] is None and field in OPTIONAL):
             continue
         v = values[field]
         ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

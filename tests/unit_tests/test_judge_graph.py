@@ -67,6 +67,23 @@ def test_retrieve_episodes_returns_most_similar_with_verdicts(make_judge: Any) -
     assert episodes[0].similarity >= episodes[1].similarity
 
 
+def test_min_episode_similarity_leaves_out_unrelated_past_cases(make_judge: Any) -> None:
+    judge = make_judge(k=3)
+    judge.align([SWEATER, HOURS, RUDE])
+    query = judge.memory.embed(["What are your opening hours on Saturday?"])[0]
+    every = judge.memory.retrieve(query)
+    assert len(every) == 3  # the k nearest, however far
+    floor = (every[0].similarity + every[1].similarity) / 2
+    assert every[0].similarity > floor > every[1].similarity
+    judge.close()
+    gated = make_judge(k=3, min_episode_similarity=floor)
+    gated.align([SWEATER, HOURS, RUDE])
+    assert [ep.feedback_id for ep in gated.memory.retrieve(query)] == [every[0].feedback_id]
+    # a case the experts graded retrieves itself (similarity 1) and is always shown
+    own = gated.memory.retrieve(gated.memory.embed([RUDE.inputs])[0])
+    assert own and own[0].feedback_id == "rude" and own[0].similarity > 0.99
+
+
 def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
     judge = make_judge()
     judge.align([SWEATER, HOURS])

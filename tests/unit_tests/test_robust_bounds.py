@@ -37,6 +37,7 @@ def _set_config(folder: Path, **changes: Any) -> None:
         ("hnsw_ef_search", 10**9),
         ("validate_max_calls", 10**9),
         ("reflect_contrast", 1000),
+        ("min_episode_similarity", 2.0),
         ("k", float("nan")),
         ("k", True),
         ("k", "5"),
