@@ -67,7 +67,9 @@ __all__ = [
     "MemoryDump",
     "PostgresStore",
     "PostgresTarget",
+    "describe_location",
     "is_postgres_url",
+    "memory_exists",
 ]
 
 # The version of the tables below; a database with another refuses to open.
@@ -213,6 +215,22 @@ class PostgresTarget:
     def describe(self) -> str:
         """The URL without its password, with the judge name (for messages)."""
         return f"{redact(self.conninfo)} (judge {self.judge!r})"
+
+
+def describe_location(location: object) -> str:
+    """A memory location for messages: a folder as is, a URL without its password."""
+    return redact(str(location)) if is_postgres_url(location) else str(location)
+
+
+def memory_exists(location: object) -> bool:
+    """Whether a folder or a database holds a memory (for a URL: the judge's row exists)."""
+    if is_postgres_url(location):
+        try:
+            PostgresStore.open(str(location)).close()
+        except MemoryFormatError:
+            return False
+        return True
+    return (Path(str(location)) / DB_FILE).is_file()
 
 
 def redact(url: str) -> str:

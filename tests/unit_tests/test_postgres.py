@@ -283,3 +283,38 @@ def test_postgres_url_without_psycopg_names_the_extra(
 def test_bad_url_parameters_are_refused(make_judge: Any) -> None:
     with pytest.raises(MemoryFormatError, match="staleness"):
         make_judge(path="postgresql://nobody@127.0.0.1:1/x?staleness=-1")
+
+
+def test_cli_memory_setting_takes_a_database_url(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_cli import CONFIG, EXIT_OK, EXIT_USAGE, Env
+
+    env = Env(tmp_path, capsys)
+    url = judge_url(db, "helpfulness")
+    env.config.write_text(CONFIG.replace('memory = "mem"', f'memory = "{url}"'))
+    code, _, err = env.run("align", env.feedback)
+    assert code == EXIT_USAGE and "create it first" in err
+    code, out, _ = env.run("create")
+    assert code == EXIT_OK and "Created judge 'helpfulness'" in out and "postgresql://" in out
+    assert env.run("align", env.feedback)[0] == EXIT_OK
+    code, out, _ = env.run("show")
+    assert code == EXIT_OK and "3 feedback, 3 episodes, 3 guidelines" in out
+    assert not (tmp_path / "mem").exists()
+    # --memory overrides the file's setting with another judge in the same database.
+    other = judge_url(db, "other")
+    code, _, err = env.run("show", "--memory", other)
+    assert code == EXIT_USAGE and "no MemAlign memory for this judge" in err
+
+
+def test_memory_url_parameters_and_redaction() -> None:
+    from langchain_memalign.memory.postgres import PostgresTarget, describe_location
+
+    t = PostgresTarget.parse(
+        "postgresql://bob:s3cret@db.example:5433/team?sslmode=require&judge=tone&staleness=2.5"
+    )
+    assert (t.judge, t.staleness, t.pool_size) == ("tone", 2.5, 8)
+    assert t.conninfo == "postgresql://bob:s3cret@db.example:5433/team?sslmode=require"
+    assert "s3cret" not in t.describe() and "'tone'" in t.describe()
+    assert "s3cret" not in describe_location("postgresql://bob:s3cret@h/db")
+    assert PostgresTarget.parse("postgres:///db?host=/run/postgresql").judge == "default"
