@@ -448,9 +448,16 @@ class PostgresStore:
                 f"({type(e).__name__}: {e})"
             ) from e
 
-    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, sql: str, args: Iterable[Any] = (), *, binary: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Rows of a query whose first parameter is the judge's name.
+
+        `binary`: fetch in PostgreSQL's binary format (vectors arrive as raw
+        bytes, half the transfer of bytea's hex text).
+        """
         with self._conn() as conn:
-            return list(conn.execute(sql, (self.judge, *args)).fetchall())
+            return list(conn.execute(sql, (self.judge, *args), binary=binary).fetchall())
 
     @contextmanager
     def consistent(self) -> Iterator[None]:
@@ -724,7 +731,9 @@ class PostgresStore:
     def all_vectors(self) -> tuple[list[int], np.ndarray | None]:
         """Every episode's id and vector, to build the FAISS index without embedding."""
         with self._reading("episode vectors"):
-            rows = self._rows("SELECT id, vector FROM memalign_episodes WHERE judge=%s ORDER BY id")
+            rows = self._rows(
+                "SELECT id, vector FROM memalign_episodes WHERE judge=%s ORDER BY id", binary=True
+            )
             return _matrix(rows)
 
     def episode_changes(self, since: int) -> tuple[list[int], list[int], np.ndarray | None]:
@@ -745,6 +754,7 @@ class PostgresStore:
                 "SELECT id, vector FROM memalign_episodes WHERE judge=%s AND added_seq > %s "
                 "ORDER BY id",
                 (since,),
+                binary=True,
             )
             ids, mat = _matrix(added)
             return removed, ids, mat
