@@ -6,6 +6,13 @@ SQLite first, then changes its own copy of the index (copy-on-write) and
 publishes a new view in one assignment. A reader that takes one view per
 judgment sees guidelines and episodes of the same committed version.
 
+On a PostgreSQL memory (`postgresql://` URL, see `memory.postgres`) other
+processes commit too: the index is built from the stored vectors at open,
+a judgment first checks the change sequence (at most every `max_staleness`
+seconds) and catches up from the changed episodes, and the write lock also
+takes the judge's advisory lock in the database, so the align and unalign
+runs of all processes serialize.
+
 The checks of a stored configuration live in `_config_checks` and the
 integrations' state in `_integration_state`; `CONFIG_BOUNDS`,
 `check_config_bounds` and `IntegrationState` are importable from here.

@@ -318,3 +318,22 @@ def test_memory_url_parameters_and_redaction() -> None:
     assert "s3cret" not in t.describe() and "'tone'" in t.describe()
     assert "s3cret" not in describe_location("postgresql://bob:s3cret@h/db")
     assert PostgresTarget.parse("postgres:///db?host=/run/postgresql").judge == "default"
+
+
+def test_catch_up_replaces_changed_episodes_in_an_hnsw_index(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=3)
+    reader = make_judge(path=url, k=3, hnsw_threshold=1)  # approximate index: tombstones
+    writer.align([SWEATER, HOURS, RUDE])
+    reader.invoke(CASE)
+    assert reader.memory.index.kind == "hnsw" and len(reader.memory.index) == 3
+    before = set(reader.memory.index.ids().tolist())
+    changed = SWEATER.model_copy(update={"inputs": "My new jumper's colour is wrong, I'm upset."})
+    writer.align([changed])
+    result = reader.invoke({"inputs": changed.inputs, "outputs": "Colors vary."})
+    assert result["metadata"]["episode_ids"][0] == "sweater"
+    after = set(reader.memory.index.ids().tolist())
+    assert len(after) == 3 and len(after - before) == 1  # the changed episode has a new id
+    assert after == set(writer.memory.index.ids().tolist())
+    writer.close()
+    reader.close()
