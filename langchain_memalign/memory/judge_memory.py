@@ -424,6 +424,11 @@ class JudgeMemory:
             self._publish()
 
     @property
+    def shared(self) -> bool:
+        """Whether other processes may change this memory (a PostgreSQL memory)."""
+        return isinstance(self.store, PostgresStore)
+
+    @property
     def guidelines(self) -> tuple[Guideline, ...]:
         """The current guidelines (an immutable snapshot)."""
         return self._view.guidelines

@@ -1057,13 +1057,19 @@ def write_sqlite(path: str, d: MemoryDump) -> None:
 
 
 def _matrix(rows: list[tuple[Any, ...]]) -> tuple[list[int], np.ndarray | None]:
+    """Ids and vectors of (id, float32 bytes) rows, as one matrix (one copy of the bytes)."""
     if not rows:
         return [], None
     ids = [int(r[0]) for r in rows]
-    vectors = [_vector(bytes(r[1])) for r in rows]
-    if len({v.shape[0] for v in vectors}) != 1:
+    lengths = {len(r[1]) for r in rows}
+    if len(lengths) != 1:
         raise ValueError("episode vectors of different dimensions")
-    mat = np.stack(vectors)
+    (length,) = lengths
+    if not length or length % 4:
+        raise ValueError(f"a stored vector is not float32 bytes ({length} bytes)")
+    # Read-only view of the joined bytes: the index copies (and normalizes) it anyway.
+    mat = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
+    mat = mat.reshape(len(rows), length // 4)
     if not np.isfinite(mat).all():
         raise ValueError("non-finite numbers in episode vectors")
     return ids, mat

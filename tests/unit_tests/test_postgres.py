@@ -337,3 +337,14 @@ def test_catch_up_replaces_changed_episodes_in_an_hnsw_index(make_judge: Any, db
     assert after == set(writer.memory.index.ids().tolist())
     writer.close()
     reader.close()
+
+
+async def test_async_judgments_catch_up_too(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=2)
+    reader = make_judge(path=url, k=2)
+    assert (await reader.ainvoke(SWEATER_CASE))["metadata"]["episode_ids"] == []
+    await writer.aalign([SWEATER])
+    assert (await reader.ainvoke(SWEATER_CASE))["metadata"]["episode_ids"] == ["sweater"]
+    writer.close()
+    reader.close()
