@@ -147,6 +147,10 @@ class JudgeMemory:
         # last asked the database whether the memory moved on (database only).
         self._index_seq = 0
         self._checked_at = float("-inf")
+        # The background build of a database memory's HNSW index (see `_open_index`).
+        self._index_ready = threading.Event()
+        self._index_ready.set()
+        self._hnsw_token: object | None = None
         # Seconds a judgment may lag behind the newest commit (database only).
         self.max_staleness = store.staleness if isinstance(store, PostgresStore) else 0.0
         # The writer's index: changed after each commit, then published in a view.
@@ -231,7 +235,8 @@ class JudgeMemory:
             if isinstance(self.store, PostgresStore):
                 with self.store.consistent():
                     self._index_seq = self.store.change_seq()
-                    self.index = self._rebuild_index()
+                    ids, vectors = self.store.all_vectors()
+                    self.index = self._open_index(ids, vectors)
                     self._publish()
                 return
             cached = self._read_index_cache()
@@ -243,6 +248,61 @@ class JudgeMemory:
             "hnsw_threshold": self.config.hnsw_threshold,
             "ef_search": self.config.hnsw_ef_search,
         }
+
+    def _open_index(self, ids: list[int], vectors: np.ndarray | None) -> EpisodicIndex:
+        """The index of a database memory at open: exact at once, approximate later.
+
+        A database memory has no index file, so every process builds its index
+        from the stored vectors. An exact (flat) index takes a second for
+        100,000 vectors; an HNSW graph takes a minute on two cores. So past
+        `hnsw_threshold` the process opens with the exact index (judgments are
+        exact meanwhile) and builds the HNSW graph in a background thread,
+        which swaps it in with the changes made since (`wait_for_index`).
+        """
+        options = self._index_options()
+        self._hnsw_token = token = object()
+        if len(ids) <= options["hnsw_threshold"] or vectors is None:
+            self._index_ready.set()
+            return EpisodicIndex.build(ids, vectors, **options)
+        # No switch to HNSW inside a judgment's catch-up while the graph is built.
+        flat = EpisodicIndex.build(ids, vectors, **{**options, "hnsw_threshold": 2**62})
+        self._index_ready.clear()
+        threading.Thread(
+            target=self._build_hnsw, args=(ids, vectors, token), daemon=True,
+            name="memalign-hnsw-build",
+        ).start()  # fmt: skip
+        return flat
+
+    def _build_hnsw(self, ids: list[int], vectors: np.ndarray, token: object) -> None:
+        try:
+            hnsw = EpisodicIndex.build(ids, vectors, **self._index_options())
+            with self._index_lock:
+                if self._hnsw_token is not token:  # reopened or rebuilt meanwhile
+                    return
+                # Bring the graph to what the exact index holds now: episodes
+                # added and removed since the build started.
+                live_ids, live_vectors = self.index._live()
+                built = np.asarray(ids, dtype=np.int64)
+                hnsw.remove(np.setdiff1d(built, live_ids).tolist())
+                new = ~np.isin(live_ids, built)
+                if new.any():
+                    hnsw.add(live_ids[new].tolist(), live_vectors[new])
+                self.index = hnsw
+                self._publish()
+        except Exception:  # a closed store, a damaged vector: keep the exact index
+            logger.exception("building the approximate episode index failed")
+        finally:
+            if self._hnsw_token is token:
+                self._index_ready.set()
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until the episode index is complete; False if `timeout` passed first.
+
+        Only a database memory larger than `hnsw_threshold` builds its
+        approximate (HNSW) index in the background after opening; judgments
+        use the exact index until then. Any other memory is always ready.
+        """
+        return self._index_ready.wait(timeout)
 
     def _rebuild_index(self) -> EpisodicIndex:
         ids, vectors = self.store.all_vectors()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -346,5 +347,40 @@ async def test_async_judgments_catch_up_too(make_judge: Any, db: str) -> None:
     assert (await reader.ainvoke(SWEATER_CASE))["metadata"]["episode_ids"] == []
     await writer.aalign([SWEATER])
     assert (await reader.ainvoke(SWEATER_CASE))["metadata"]["episode_ids"] == ["sweater"]
+    writer.close()
+    reader.close()
+
+
+def test_big_memory_opens_exact_then_swaps_in_hnsw(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import fb
+
+    from langchain_memalign.memory.judge_memory import JudgeMemory
+
+    url = judge_url(db)
+    writer = make_judge(path=url, k=3)
+    writer.align([SWEATER, HOURS, RUDE])
+    gate = threading.Event()
+    build = JudgeMemory._build_hnsw
+
+    def gated(self: JudgeMemory, *args: Any) -> None:
+        gate.wait(30)  # hold the background build until the memory has moved on
+        build(self, *args)
+
+    monkeypatch.setattr(JudgeMemory, "_build_hnsw", gated)
+    emb = HashEmbeddings()
+    reader = MemAlignJudge.load(url, model=model, embeddings=emb, hnsw_threshold=2)
+    assert emb.calls == 0
+    assert reader.memory.index.kind == "flat" and not reader.memory.wait_for_index(0)
+    writer.unalign(["rude"])
+    writer.align([fb("late", "Where is my parcel? I'm worried.", "Tracking: 123.", True, "Good.")])
+    assert reader.invoke(CASE)["metadata"]["episode_ids"]  # judged on the exact index
+    gate.set()
+    assert reader.memory.wait_for_index(30)
+    assert reader.memory.index.kind == "hnsw"
+    ids = set(reader.memory.index.ids().tolist())
+    assert ids == set(writer.memory.index.ids().tolist()) and len(ids) == 3
+    assert reader.invoke(SWEATER_CASE)["metadata"]["episode_ids"][0] == "sweater"
     writer.close()
     reader.close()
