@@ -79,21 +79,30 @@ class _WriteLock:
     def __init__(self, memory: JudgeMemory, inner: threading.RLock) -> None:
         self._memory = weakref.ref(memory)
         self._inner = inner
+        # One writer thread per process at a time: the others wait here, not on
+        # the database lock, so they hold no pooled connection while waiting and
+        # the index lock stays free for judgments to catch up meanwhile.
+        self._writers = threading.Lock()
         self._local = threading.local()
 
     def __enter__(self) -> _WriteLock:
         depth = getattr(self._local, "depth", 0)
         memory = self._memory()
         store = None if memory is None else memory.store
-        if depth == 0 and isinstance(store, PostgresStore):
-            cm = store.lock_writers()
-            cm.__enter__()
-            self._local.cm = cm
-        try:
+        if depth == 0:
+            self._writers.acquire()
+            try:
+                if isinstance(store, PostgresStore):
+                    cm = store.lock_writers()
+                    cm.__enter__()
+                    self._local.cm = cm
+                self._inner.acquire()
+            except BaseException:
+                self._release_db()
+                self._writers.release()
+                raise
+        else:
             self._inner.acquire()
-        except BaseException:
-            self._release_db()
-            raise
         self._local.depth = depth + 1
         if depth == 0 and memory is not None and isinstance(store, PostgresStore):
             try:
@@ -107,7 +116,10 @@ class _WriteLock:
         self._local.depth -= 1
         self._inner.release()
         if self._local.depth == 0:
-            self._release_db()
+            try:
+                self._release_db()
+            finally:
+                self._writers.release()
 
     def _release_db(self) -> None:
         cm = getattr(self._local, "cm", None)
