@@ -302,7 +302,8 @@ class JudgeMemory:
                 self.index = hnsw
                 self._publish()
         except Exception:  # a closed store, a damaged vector: keep the exact index
-            logger.exception("building the approximate episode index failed")
+            if not (isinstance(self.store, PostgresStore) and self.store.closed):
+                logger.exception("building the approximate episode index failed")
         finally:
             if self._hnsw_token is token:
                 self._index_ready.set()

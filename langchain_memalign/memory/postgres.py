@@ -418,6 +418,11 @@ class PostgresStore:
         """Close the connection pool."""
         self._pool.close()
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return bool(self._pool.closed)
+
     # -- connections -----------------------------------------------------------------
 
     @contextmanager

@@ -29,6 +29,10 @@ from pg_server import TempPostgres, find_bindir  # noqa: E402
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
 SWEATER_CASE = {"inputs": SWEATER.inputs, "outputs": "Colors vary."}
+TABLES = [
+    "memalign_meta", "memalign_feedback", "memalign_episodes", "memalign_removed_episodes",
+    "memalign_guidelines", "memalign_guideline_sources", "memalign_history",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -147,6 +151,13 @@ def test_two_judges_in_one_database_are_isolated(make_judge: Any, db: str) -> No
     assert [g.source_ids for g in a.guidelines] and not b.guidelines
     a.close()
     b.close()
+    # Deleting a judge's row deletes all of its rows, and only its rows.
+    b_rows = {t: rows(db, f"SELECT count(*) FROM {t} WHERE judge='b'")[0][0] for t in TABLES}
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM memalign_judges WHERE name='a'")
+    for t in TABLES:
+        assert rows(db, f"SELECT count(*) FROM {t} WHERE judge='a'") == [(0,)]
+        assert rows(db, f"SELECT count(*) FROM {t} WHERE judge='b'") == [(b_rows[t],)]
 
 
 def test_another_memory_sees_commits_without_reopening(make_judge: Any, db: str) -> None:
