@@ -395,3 +395,26 @@ def test_big_memory_opens_exact_then_swaps_in_hnsw(
     assert reader.invoke(SWEATER_CASE)["metadata"]["episode_ids"][0] == "sweater"
     writer.close()
     reader.close()
+
+
+def test_a_judgment_never_mixes_versions(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=3)
+    reader = make_judge(path=url, k=3)
+    writer.align([SWEATER, HOURS])
+    reader.invoke(CASE)
+    old = reader.memory.snapshot()
+    vector = reader.memory.embed([reader.memory.case_text(SWEATER.inputs)])[0]
+    assert reader.memory.retrieve(vector, view=old)[0].feedback_id == "sweater"
+    # Another process changes the sweater's rationale (same embedded text, same episode).
+    writer.align([SWEATER.model_copy(update={"rationale": "Say sorry first."})])
+    # A judgment still on the old version does not see the newer text: the episode
+    # is left out rather than shown as the newer version has it.
+    on_old = reader.memory.retrieve(vector, view=old)
+    assert [e.feedback_id for e in on_old] == ["hours"]
+    new = reader.memory.snapshot()  # catches up
+    assert new.seq > old.seq
+    on_new = reader.memory.retrieve(vector, view=new)
+    assert on_new[0].feedback_id == "sweater" and on_new[0].rationale == "Say sorry first."
+    writer.close()
+    reader.close()
