@@ -418,3 +418,23 @@ def test_a_judgment_never_mixes_versions(make_judge: Any, db: str) -> None:
     assert on_new[0].feedback_id == "sweater" and on_new[0].rationale == "Say sorry first."
     writer.close()
     reader.close()
+
+
+def test_save_copies_between_judges_of_databases(
+    make_judge: Any, model: Any, db: str, pg_server: TempPostgres
+) -> None:
+    src = make_judge(path=judge_url(db, "src"))
+    src.align([SWEATER, HOURS])
+    src.save(src_url := judge_url(db, "src"))  # to itself: nothing to do
+    other_db = pg_server.new_database()
+    for target in (judge_url(db, "copy"), judge_url(other_db, "src")):
+        src.save(target)
+        copy = MemAlignJudge.load(target, model=model, embeddings=HashEmbeddings())
+        assert copy.feedback_ids == src.feedback_ids
+        assert copy.guidelines == src.guidelines
+        assert copy.history() == src.history()
+        copy.close()
+    assert MemAlignJudge.load(src_url, model=model, embeddings=HashEmbeddings()).feedback_ids == [
+        "sweater", "hours",
+    ]  # fmt: skip
+    src.close()
