@@ -28,6 +28,7 @@ from langchain_memalign.graphs.cases import PrepareCases, TakeResult
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.postgres import is_postgres_url
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, UnalignReport
@@ -74,8 +75,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         min_episode_similarity: Similarity a retrieved past case needs to be shown
             (`None`: the `k` nearest whatever their similarity).
         reflection_model: The model that distills guidelines; defaults to `model`.
-        path: A memory folder (created if missing, reopened if present);
-            `None` keeps the memory in process.
+        path: A memory folder (created if missing, reopened if present),
+            or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
+            shared PostgreSQL database (see docs/postgres.md; needs the
+            `postgres` extra); `None` keeps the memory in process.
         rate_limiter: Paces the judge's model calls (e.g. LangChain's
             `InMemoryRateLimiter`), shared by all concurrent judgments.
         embed: What text of a case is embedded (`JudgeConfig.embed`).
@@ -440,13 +443,21 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
     # -- persistence --------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the memory to a folder, atomically; returns the folder."""
+    def save(self, path: str | os.PathLike[str]) -> Path | str:
+        """Write the memory to a folder, atomically; returns the folder.
+
+        `path` may be a `postgresql://` URL (returned as given): the judge named
+        there becomes a copy of this memory, in one transaction. Copies work in
+        both directions between folders and databases.
+        """
         self.memory.save(path)
-        return Path(path)
+        return str(path) if is_postgres_url(path) else Path(path)
 
     def close(self) -> None:
-        """Close the memory's database (writing the index cache for a folder memory)."""
+        """Close the memory's database (writing the index cache for a folder memory).
+
+        A database memory closes its connection pool; its index is never written.
+        """
         if self.memory.store.folder is not None:
             self.memory.save(self.memory.store.folder)
         self.memory.store.close()

@@ -27,7 +27,7 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.memory.store import DB_FILE
+from langchain_memalign.memory.postgres import describe_location, memory_exists
 from langchain_memalign.reports import AlignReport
 from langchain_memalign.result import label_of
 
@@ -41,12 +41,14 @@ def cmd_create(ctx: Context) -> int:
         sys.stdout.write(TEMPLATE)
         return EXIT_OK
     folder = ctx.memory()
-    existed = (folder / DB_FILE).is_file()
+    existed = memory_exists(folder)
     judge = ctx.judge(create=True)
     try:
         stats = judge.stats()
         verb = "Updated the configuration of" if existed else "Created"
-        echo(f"{verb} judge {judge.name!r} ({judge.scale.kind} scale) in {folder}")
+        echo(
+            f"{verb} judge {judge.name!r} ({judge.scale.kind} scale) in {describe_location(folder)}"
+        )
         if existed:
             echo(
                 f"  it holds {stats['feedback']} feedback item(s) and "

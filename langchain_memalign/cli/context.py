@@ -20,7 +20,7 @@ from langchain_memalign.errors import (
     MemoryFormatError,
 )
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.memory.store import DB_FILE
+from langchain_memalign.memory.postgres import describe_location, is_postgres_url, memory_exists
 
 
 class Context:
@@ -39,10 +39,11 @@ class Context:
             self._cfg = JudgeFile.read(self.args.config)
         return self._cfg
 
-    def memory(self) -> Path:
-        """The memory folder: `--memory`, else the judge file's."""
+    def memory(self) -> Path | str:
+        """The memory folder (or `postgresql://` URL): `--memory`, else the judge file's."""
         if getattr(self.args, "memory", None):
-            return Path(self.args.memory)
+            given = str(self.args.memory)
+            return given if is_postgres_url(given) else Path(given)
         return self.cfg.memory_path()
 
     def progress(self, total: int, label: str) -> Progress:
@@ -53,9 +54,9 @@ class Context:
         """The judge of the file, on its memory folder (or a fresh in-process memory)."""
         cfg = self.cfg
         folder = None if in_process else self.memory()
-        if folder is not None and not create and not (folder / DB_FILE).is_file():
+        if folder is not None and not create and not memory_exists(folder):
             raise CLIError(
-                f"no judge memory at {folder}; create it first: "
+                f"no judge memory at {describe_location(folder)}; create it first: "
                 f"memalign create -c {self.args.config}"
             )
         models = self._models = build_models(cfg, self.factory)

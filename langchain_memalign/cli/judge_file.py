@@ -15,6 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from langchain_memalign.config import JudgeConfig
+from langchain_memalign.memory.postgres import is_postgres_url
 from langchain_memalign.models import (
     openai_compatible,
     resolve_chat_model,
@@ -89,7 +90,11 @@ class JudgeFile(BaseModel):
         default="OPENAI_API_KEY", description="Environment variable holding the API key."
     )
     memory: str | None = Field(
-        default=None, description="The memory folder (default: memalign_memory/<name>)."
+        default=None,
+        description=(
+            "The memory folder (default: memalign_memory/<name>), or a "
+            "postgresql://host/db?judge=<name> URL."
+        ),
     )
     k: int | None = None
     embed: str | None = None
@@ -111,8 +116,10 @@ class JudgeFile(BaseModel):
         """The folder relative paths are resolved against."""
         return self.source.parent if self.source is not None else Path.cwd()
 
-    def memory_path(self) -> Path:
-        """The memory folder."""
+    def memory_path(self) -> Path | str:
+        """The memory folder, or a `postgresql://` URL as written."""
+        if is_postgres_url(self.memory):
+            return str(self.memory)
         return self.base_dir / (self.memory or f"memalign_memory/{self.name}")
 
     def prompt(self) -> str:

@@ -64,7 +64,7 @@ def _common(
         g.add_argument(
             "--memory",
             metavar="DIR",
-            help="the memory folder (default: `memory` in the judge file)",
+            help="the memory folder or postgresql:// URL (default: `memory` in the judge file)",
         )
     if needs_models:
         g.add_argument(

@@ -12,6 +12,11 @@ from langchain_memalign.cli.judge_file import EXIT_OK, CLIError
 from langchain_memalign.errors import (
     MemoryFormatError,
 )
+from langchain_memalign.memory.postgres import (
+    PostgresStore,
+    describe_location,
+    is_postgres_url,
+)
 from langchain_memalign.memory.store import MemoryStore
 
 
@@ -21,17 +26,17 @@ def memory_summary(
     """Everything `memalign show` prints, read from a memory folder without any model.
 
     Args:
-        folder: The memory folder.
+        folder: The memory folder, or a `postgresql://` URL.
         history: How many of the latest history entries to include (None: all).
         feedback: Include the stored feedback items.
     """
-    store = MemoryStore.open(folder)
+    store = PostgresStore.open(str(folder)) if is_postgres_url(folder) else MemoryStore.open(folder)
     try:
         guidelines, _ = store.load_guidelines()
         entries = store.history()
         counts = {t: store.count(t) for t in ("feedback", "episodes", "guidelines", "history")}
         out: dict[str, Any] = {
-            "folder": str(folder),
+            "folder": describe_location(folder),
             "config": store.get_meta("config"),
             "embeddings": store.get_meta("embeddings"),
             "embedding_model": embedding_model(store.get_meta("embeddings")),
@@ -71,7 +76,7 @@ def cmd_show(ctx: Context) -> int:
         return EXIT_OK
     cfg, counts = info["config"] or {}, info["counts"]
     scale = cfg.get("scale") or {}
-    echo(f"Judge {cfg.get('name')!r} in {folder}")
+    echo(f"Judge {cfg.get('name')!r} in {describe_location(folder)}")
     embeddings = info["embedding_model"]
     echo(f"  scale: {_describe_scale(scale)}; k={cfg.get('k')}; embeddings: {embeddings}")
     pending = info["pending_reflection"]

@@ -107,7 +107,13 @@ class JudgeNodes:
 
     async def aembed_case(self, state: JudgeState) -> dict[str, Any]:
         """Async twin of `embed_case`."""
-        view = self.memory.snapshot()
+        # On a shared database, taking a view may read the database (and catch up
+        # with other processes' commits): off the event loop.
+        view = (
+            await asyncio.to_thread(self.memory.snapshot)
+            if self.memory.shared
+            else self.memory.snapshot()
+        )
         out: dict[str, Any] = {"memory_seq": view.seq}
         if state.get("query_vector") is None and self.memory.needs_query_vector(view):
             text = self.memory.case_text(state.get("inputs"), state.get("outputs"))

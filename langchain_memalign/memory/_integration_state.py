@@ -10,15 +10,16 @@ and deleted together. `IntegrationState` reads and writes that value;
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_memalign.memory.store import MemoryStore
+if TYPE_CHECKING:
+    from langchain_memalign.memory.judge_memory import Store
 
 
 class IntegrationState:
     """One integration's state in the memory: a JSON value (see `integration_state`)."""
 
-    def __init__(self, store: MemoryStore, namespace: str) -> None:
+    def __init__(self, store: Store, namespace: str) -> None:
         self._store = store
         self.namespace = namespace
 

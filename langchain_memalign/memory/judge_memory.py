@@ -6,6 +6,13 @@ SQLite first, then changes its own copy of the index (copy-on-write) and
 publishes a new view in one assignment. A reader that takes one view per
 judgment sees guidelines and episodes of the same committed version.
 
+On a PostgreSQL memory (`postgresql://` URL, see `memory.postgres`) other
+processes commit too: the index is built from the stored vectors at open,
+a judgment first checks the change sequence (at most every `max_staleness`
+seconds) and catches up from the changed episodes, and the write lock also
+takes the judge's advisory lock in the database, so the align and unalign
+runs of all processes serialize.
+
 The checks of a stored configuration live in `_config_checks` and the
 integrations' state in `_integration_state`; `CONFIG_BOUNDS`,
 `check_config_bounds` and `IntegrationState` are importable from here.
@@ -17,6 +24,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -39,6 +47,7 @@ from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory._integration_state import _CORE_META
 from langchain_memalign.memory._integration_state import IntegrationState as IntegrationState
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
+from langchain_memalign.memory.postgres import PostgresStore, is_postgres_url
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
 from langchain_memalign.memory.store import INDEX_FILE, MemoryStore, remove_leftovers
 from langchain_memalign.models import embeddings_fingerprint
@@ -51,6 +60,72 @@ logger = logging.getLogger(__name__)
 # and the previous version are kept: a judgment that outlives two writes
 # continues on the newest version.
 _KEPT_VIEWS = 2
+
+# Where a memory lives: a SQLite folder (or in process) or a PostgreSQL database.
+Store = MemoryStore | PostgresStore
+Location = str | os.PathLike[str]
+
+
+class _WriteLock:
+    """The memory's write lock: re-entrant in process, and across processes on a database.
+
+    On a folder memory it is a plain re-entrant lock. On a database memory the
+    outermost acquisition first takes the judge's writer lock in PostgreSQL
+    (so align and unalign runs of all processes serialize), then this
+    process's lock, then brings the memory up to the newest commit, so the
+    writer decides on the current guidelines and feedback.
+    """
+
+    def __init__(self, memory: JudgeMemory, inner: threading.RLock) -> None:
+        self._memory = weakref.ref(memory)
+        self._inner = inner
+        # One writer thread per process at a time: the others wait here, not on
+        # the database lock, so they hold no pooled connection while waiting and
+        # the index lock stays free for judgments to catch up meanwhile.
+        self._writers = threading.Lock()
+        self._local = threading.local()
+
+    def __enter__(self) -> _WriteLock:
+        depth = getattr(self._local, "depth", 0)
+        memory = self._memory()
+        store = None if memory is None else memory.store
+        if depth == 0:
+            self._writers.acquire()
+            try:
+                if isinstance(store, PostgresStore):
+                    cm = store.lock_writers()
+                    cm.__enter__()
+                    self._local.cm = cm
+                self._inner.acquire()
+            except BaseException:
+                self._release_db()
+                self._writers.release()
+                raise
+        else:
+            self._inner.acquire()
+        self._local.depth = depth + 1
+        if depth == 0 and memory is not None and isinstance(store, PostgresStore):
+            try:
+                memory._catch_up()
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.depth -= 1
+        self._inner.release()
+        if self._local.depth == 0:
+            try:
+                self._release_db()
+            finally:
+                self._writers.release()
+
+    def _release_db(self) -> None:
+        cm = getattr(self._local, "cm", None)
+        self._local.cm = None
+        if cm is not None:
+            cm.__exit__(None, None, None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,12 +146,25 @@ class MemoryView:
 class JudgeMemory:
     """Semantic and episodic memory behind one judge."""
 
-    def __init__(self, store: MemoryStore, embeddings: Embeddings, config: JudgeConfig) -> None:
-        self.store = store
+    def __init__(self, store: Store, embeddings: Embeddings, config: JudgeConfig) -> None:
+        self.store: Store = store
         self.embeddings = embeddings
         self.config = config
-        # Serializes align/unalign/save; judgments never take it.
-        self.write_lock = threading.RLock()
+        # Guards the writer's index and the published views (in process).
+        self._index_lock = threading.RLock()
+        # Serializes align/unalign/save; judgments never take it. On a database
+        # memory it also serializes the writers of all processes.
+        self.write_lock = _WriteLock(self, self._index_lock)
+        # The change sequence the writer's index reflects, and when a judgment
+        # last asked the database whether the memory moved on (database only).
+        self._index_seq = 0
+        self._checked_at = float("-inf")
+        # The background build of a database memory's HNSW index (see `_open_index`).
+        self._index_ready = threading.Event()
+        self._index_ready.set()
+        self._hnsw_token: object | None = None
+        # Seconds a judgment may lag behind the newest commit (database only).
+        self.max_staleness = store.staleness if isinstance(store, PostgresStore) else 0.0
         # The writer's index: changed after each commit, then published in a view.
         self.index = EpisodicIndex(**self._index_options())
         self._view = MemoryView(0, (), None, self.index.frozen())
@@ -93,11 +181,18 @@ class JudgeMemory:
 
     @classmethod
     def create(
-        cls, folder: str | os.PathLike[str] | None, embeddings: Embeddings, config: JudgeConfig
+        cls, folder: Location | None, embeddings: Embeddings, config: JudgeConfig
     ) -> JudgeMemory:
-        """Open (or start) the memory in `folder` for this config; `None` keeps it in process."""
+        """Open (or start) the memory in `folder` for this config; `None` keeps it in process.
+
+        `folder` may be a `postgresql://` URL (see `PostgresTarget`).
+        """
         check_config_bounds(config.model_dump(mode="json"), where=None)
-        store = MemoryStore.create(folder)
+        store: Store = (
+            PostgresStore.create(str(folder))
+            if is_postgres_url(folder)
+            else MemoryStore.create(folder)
+        )
         try:
             stored = store.get_meta("config")
             if stored is None:
@@ -115,11 +210,11 @@ class JudgeMemory:
         return memory
 
     @classmethod
-    def load(
-        cls, folder: str | os.PathLike[str], embeddings: Embeddings, **overrides: Any
-    ) -> JudgeMemory:
-        """Open a saved memory; makes no embedding call."""
-        store = MemoryStore.open(folder)
+    def load(cls, folder: Location, embeddings: Embeddings, **overrides: Any) -> JudgeMemory:
+        """Open a saved memory (a folder or a `postgresql://` URL); makes no embedding call."""
+        store: Store = (
+            PostgresStore.open(str(folder)) if is_postgres_url(folder) else MemoryStore.open(folder)
+        )
         try:
             stored = store.get_meta("config")
             if stored is None:
@@ -148,7 +243,14 @@ class JudgeMemory:
 
     def reload(self) -> None:
         """Rebuild the in-process views from the store (index from cache or stored vectors)."""
-        with self.write_lock:
+        with self._index_lock:
+            if isinstance(self.store, PostgresStore):
+                with self.store.consistent():
+                    self._index_seq = self.store.change_seq()
+                    ids, vectors = self.store.all_vectors()
+                    self.index = self._open_index(ids, vectors)
+                    self._publish()
+                return
             cached = self._read_index_cache()
             self.index = cached if cached is not None else self._rebuild_index()
             self._publish()
@@ -158,6 +260,62 @@ class JudgeMemory:
             "hnsw_threshold": self.config.hnsw_threshold,
             "ef_search": self.config.hnsw_ef_search,
         }
+
+    def _open_index(self, ids: list[int], vectors: np.ndarray | None) -> EpisodicIndex:
+        """The index of a database memory at open: exact at once, approximate later.
+
+        A database memory has no index file, so every process builds its index
+        from the stored vectors. An exact (flat) index takes a second for
+        100,000 vectors; an HNSW graph takes a minute on two cores. So past
+        `hnsw_threshold` the process opens with the exact index (judgments are
+        exact meanwhile) and builds the HNSW graph in a background thread,
+        which swaps it in with the changes made since (`wait_for_index`).
+        """
+        options = self._index_options()
+        self._hnsw_token = token = object()
+        if len(ids) <= options["hnsw_threshold"] or vectors is None:
+            self._index_ready.set()
+            return EpisodicIndex.build(ids, vectors, **options)
+        # No switch to HNSW inside a judgment's catch-up while the graph is built.
+        flat = EpisodicIndex.build(ids, vectors, **{**options, "hnsw_threshold": 2**62})
+        self._index_ready.clear()
+        threading.Thread(
+            target=self._build_hnsw, args=(ids, vectors, token), daemon=True,
+            name="memalign-hnsw-build",
+        ).start()  # fmt: skip
+        return flat
+
+    def _build_hnsw(self, ids: list[int], vectors: np.ndarray, token: object) -> None:
+        try:
+            hnsw = EpisodicIndex.build(ids, vectors, **self._index_options())
+            with self._index_lock:
+                if self._hnsw_token is not token:  # reopened or rebuilt meanwhile
+                    return
+                # Bring the graph to what the exact index holds now: episodes
+                # added and removed since the build started.
+                live_ids, live_vectors = self.index._live()
+                built = np.asarray(ids, dtype=np.int64)
+                hnsw.remove(np.setdiff1d(built, live_ids).tolist())
+                new = ~np.isin(live_ids, built)
+                if new.any():
+                    hnsw.add(live_ids[new].tolist(), live_vectors[new])
+                self.index = hnsw
+                self._publish()
+        except Exception:  # a closed store, a damaged vector: keep the exact index
+            if not (isinstance(self.store, PostgresStore) and self.store.closed):
+                logger.exception("building the approximate episode index failed")
+        finally:
+            if self._hnsw_token is token:
+                self._index_ready.set()
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until the episode index is complete; False if `timeout` passed first.
+
+        Only a database memory larger than `hnsw_threshold` builds its
+        approximate (HNSW) index in the background after opening; judgments
+        use the exact index until then. Any other memory is always ready.
+        """
+        return self._index_ready.wait(timeout)
 
     def _rebuild_index(self) -> EpisodicIndex:
         ids, vectors = self.store.all_vectors()
@@ -200,8 +358,17 @@ class JudgeMemory:
             path.unlink()
         return None
 
-    def save(self, folder: str | os.PathLike[str]) -> None:
-        """Write the memory to `folder` atomically, with a fresh index cache."""
+    def save(self, folder: Location) -> None:
+        """Write the memory to `folder` atomically, with a fresh index cache.
+
+        `folder` may be a `postgresql://` URL: the judge named there becomes a
+        copy of this memory, in one transaction. A database memory saved to a
+        folder writes a SQLite memory there. Saving a memory to itself only
+        refreshes a folder's index cache.
+        """
+        if is_postgres_url(folder):
+            self._save_to_database(str(folder))
+            return
         target = Path(folder)
         with self.write_lock:
             if self.store.folder is None or target.resolve() != self.store.folder.resolve():
@@ -221,6 +388,26 @@ class JudgeMemory:
             else:
                 index = self.index
                 write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
+
+    def _save_to_database(self, url: str) -> None:
+        from langchain_memalign.memory.postgres import PostgresTarget, dump_sqlite
+
+        store = self.store
+        if isinstance(store, PostgresStore):
+            target = PostgresTarget.parse(url)
+            if (target.conninfo, target.judge) == (store.target.conninfo, store.judge):
+                return
+        with self.write_lock:
+            if isinstance(store, PostgresStore):
+                dump = store.dump()
+            else:
+                with store.lock:
+                    dump = dump_sqlite(store._conn)
+            dest = PostgresStore.create(url)
+            try:
+                dest.replace_with(dump)
+            finally:
+                dest.close()
 
     # -- embedding -------------------------------------------------------------------
 
@@ -275,7 +462,44 @@ class JudgeMemory:
             view = self._views.get(seq)
             if view is not None:
                 return view
+        elif isinstance(self.store, PostgresStore):
+            self._refresh_if_stale()
         return self._view
+
+    def _refresh_if_stale(self) -> None:
+        """Before a judgment on a database memory: catch up if the memory moved on.
+
+        One indexed read of the judge row per judgment (or per `max_staleness`
+        seconds). A judgment never waits for a writer of this process: while
+        one holds the index it publishes its own commits, and the judgment
+        reads the version published last.
+        """
+        now = time.monotonic()
+        if now - self._checked_at < self.max_staleness:
+            return
+        self._checked_at = now
+        if self.store.change_seq() == self._view.seq:
+            return
+        if self._index_lock.acquire(blocking=False):
+            try:
+                self._catch_up()
+            finally:
+                self._index_lock.release()
+
+    def _catch_up(self) -> None:
+        """Bring the writer's index and the published view to the newest commit.
+
+        Reads the changed episodes since the index's version (ids of removed
+        ones, vectors of added ones: no embedding call) at one consistent
+        version of the database, then publishes that version.
+        """
+        with self._index_lock:
+            self._publish()
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes may change this memory (a PostgreSQL memory)."""
+        return isinstance(self.store, PostgresStore)
 
     @property
     def guidelines(self) -> tuple[Guideline, ...]:
@@ -380,21 +604,39 @@ class JudgeMemory:
         Readers switch in one assignment; the writer's later index changes
         copy the FAISS object first, so this view never changes.
         """
-        with self.write_lock:
-            seq = self.store.change_seq()
-            if len(self.index) != self.store.count("episodes"):
-                # An earlier write committed but failed before updating the
-                # index: the stored vectors are the truth.
-                self.index = self._rebuild_index()
-            guidelines, vectors = self.store.load_guidelines()
-            view = MemoryView(seq, tuple(guidelines), vectors, self.index.frozen())
-            self._views[seq] = view
-            self._views.move_to_end(seq)
-            while len(self._views) > _KEPT_VIEWS:
-                self._views.popitem(last=False)
-            self._view = view
-            self._live.add(view)
-            self.store.forget_versions(min(v.seq for v in list(self._live)))
+        with self._index_lock:
+            if isinstance(self.store, PostgresStore):
+                with self.store.consistent():
+                    self._publish_locked()
+            else:
+                self._publish_locked()
+
+    def _publish_locked(self) -> None:
+        seq = self.store.change_seq()
+        if isinstance(self.store, PostgresStore) and seq != self._index_seq:
+            # Other processes' commits (and this one's, which the writer
+            # applied already: both steps are idempotent).
+            removed, added, vectors = self.store.episode_changes(self._index_seq)
+            self.index.remove(removed)
+            if added:
+                have = set(self.index.ids().tolist())
+                keep = [i for i, rowid in enumerate(added) if rowid not in have]
+                if keep and vectors is not None:
+                    self.index.add([added[i] for i in keep], vectors[keep])
+        if len(self.index) != self.store.count("episodes"):
+            # An earlier write committed but failed before updating the
+            # index: the stored vectors are the truth.
+            self.index = self._rebuild_index()
+        self._index_seq = seq
+        guidelines, vectors = self.store.load_guidelines()
+        view = MemoryView(seq, tuple(guidelines), vectors, self.index.frozen())
+        self._views[seq] = view
+        self._views.move_to_end(seq)
+        while len(self._views) > _KEPT_VIEWS:
+            self._views.popitem(last=False)
+        self._view = view
+        self._live.add(view)
+        self.store.forget_versions(min(v.seq for v in list(self._live)))
 
     def refresh_guidelines(self) -> None:
         """Publish the committed guidelines and the updated index as one new version.

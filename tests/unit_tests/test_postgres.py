@@ -1,0 +1,440 @@
+"""A judge's memory on a real PostgreSQL server the tests start themselves.
+
+The server (Debian's `postgresql` binaries, see `tests/pg_server.py`) runs in
+a temporary directory for the whole test session; each test uses its own
+judge name or its own database, so tests do not see each other's rows.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HOURS, RUDE, SWEATER
+from fakes import HashEmbeddings
+
+from langchain_memalign import EmbeddingMismatchError, MemAlignJudge, MemoryFormatError
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pg_worker  # noqa: E402
+from pg_server import TempPostgres, find_bindir  # noqa: E402
+
+CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
+SWEATER_CASE = {"inputs": SWEATER.inputs, "outputs": "Colors vary."}
+TABLES = [
+    "memalign_meta", "memalign_feedback", "memalign_episodes", "memalign_removed_episodes",
+    "memalign_guidelines", "memalign_guideline_sources", "memalign_history",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[TempPostgres]:
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (apt-get install postgresql)")
+    server = TempPostgres(bindir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def db(pg_server: TempPostgres) -> str:
+    """A fresh database's URL."""
+    return pg_server.new_database()
+
+
+def judge_url(db: str, name: str | None = None) -> str:
+    return f"{db}?judge={name or 'j' + uuid.uuid4().hex[:8]}"
+
+
+def rows(db: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return list(conn.execute(sql, args).fetchall())
+
+
+def spawn() -> Any:
+    return multiprocessing.get_context("spawn")
+
+
+def test_round_trip_align_judge_unalign(make_judge: Any, model: Any, db: str) -> None:
+    url = judge_url(db, "helpfulness")
+    judge = make_judge(path=url, k=2)
+    judge.align([SWEATER, HOURS, RUDE])
+    expected = judge.invoke(CASE)
+    assert judge.stats()["episodes"] == 3
+    judge.close()
+
+    fresh = HashEmbeddings()
+    loaded = MemAlignJudge.load(url, model=model, embeddings=fresh)
+    assert fresh.calls == 0  # the index is built from the stored vectors
+    assert len(loaded.memory.index) == 3
+    assert loaded.config == judge.config
+    assert [g.text for g in loaded.guidelines] == [g.text for g in judge.guidelines]
+    assert loaded.feedback_ids == ["sweater", "hours", "rude"]
+    assert loaded.invoke(CASE) == expected
+
+    loaded.unalign(["sweater"])
+    assert "sweater" not in loaded.feedback_ids
+    result = loaded.invoke(SWEATER_CASE)
+    assert "sweater" not in result["metadata"]["episode_ids"]
+    # No row anywhere holds the removed feedback's text.
+    needle = "looks different from the website"
+    for table, column in [
+        ("memalign_feedback", "payload"),
+        ("memalign_guidelines", "text"),
+        ("memalign_meta", "value"),
+        ("memalign_history", "feedback_ids"),
+    ]:
+        assert not rows(db, f"SELECT 1 FROM {table} WHERE {column} LIKE %s", f"%{needle}%")
+    assert not rows(db, "SELECT 1 FROM memalign_feedback WHERE id='sweater'")
+    assert not rows(db, "SELECT 1 FROM memalign_episodes WHERE feedback_id='sweater'")
+    assert not rows(db, "SELECT 1 FROM memalign_guideline_sources WHERE feedback_id='sweater'")
+    loaded.close()
+
+
+def test_save_copies_folder_to_database_and_back(
+    make_judge: Any, model: Any, db: str, tmp_path: Path
+) -> None:
+    folder_judge = make_judge(path=tmp_path / "a", k=2)
+    folder_judge.align([SWEATER, HOURS, RUDE])
+    expected = folder_judge.invoke(CASE)
+    url = judge_url(db)
+    assert folder_judge.save(url) == url
+
+    fresh = HashEmbeddings()
+    on_db = MemAlignJudge.load(url, model=model, embeddings=fresh)
+    assert fresh.calls == 0
+    assert on_db.guidelines == folder_judge.guidelines
+    assert on_db.feedback_ids == folder_judge.feedback_ids
+    assert on_db.history() == folder_judge.history()
+    assert on_db.get_feedback("sweater") == folder_judge.get_feedback("sweater")
+    assert on_db.invoke(CASE) == expected
+
+    on_db.unalign(["rude"])
+    on_db.save(tmp_path / "b")
+    fresh = HashEmbeddings()
+    back = MemAlignJudge.load(tmp_path / "b", model=model, embeddings=fresh)
+    assert fresh.calls == 0
+    assert back.feedback_ids == ["sweater", "hours"]
+    assert back.guidelines == on_db.guidelines
+    assert back.history() == on_db.history()
+    assert back.invoke(CASE) == on_db.invoke(CASE)
+    # Saving again over an existing database judge replaces its content.
+    folder_judge.save(url)
+    assert MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings()).feedback_ids == [
+        "sweater", "hours", "rude",
+    ]  # fmt: skip
+    for j in (folder_judge, on_db, back):
+        j.close()
+
+
+def test_two_judges_in_one_database_are_isolated(make_judge: Any, db: str) -> None:
+    a = make_judge(path=judge_url(db, "a"), name="a")
+    b = make_judge(path=judge_url(db, "b"), name="b")
+    a.align([SWEATER, HOURS])
+    b.align([RUDE])
+    assert a.feedback_ids == ["sweater", "hours"]
+    assert b.feedback_ids == ["rude"]
+    b.unalign(["rude"])
+    assert a.stats()["feedback"] == 2 and b.stats()["feedback"] == 0
+    assert len(a.memory.index) == 2 and len(b.memory.index) == 0
+    assert [g.source_ids for g in a.guidelines] and not b.guidelines
+    a.close()
+    b.close()
+    # Deleting a judge's row deletes all of its rows, and only its rows.
+    b_rows = {t: rows(db, f"SELECT count(*) FROM {t} WHERE judge='b'")[0][0] for t in TABLES}
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM memalign_judges WHERE name='a'")
+    for t in TABLES:
+        assert rows(db, f"SELECT count(*) FROM {t} WHERE judge='a'") == [(0,)]
+        assert rows(db, f"SELECT count(*) FROM {t} WHERE judge='b'") == [(b_rows[t],)]
+
+
+def test_another_memory_sees_commits_without_reopening(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=2)
+    reader = make_judge(path=url, k=2)
+    lagging = make_judge(path=url.replace("?", "?staleness=3600&"), k=2)
+    lagging.invoke(CASE)  # checks now, then not for an hour
+    writer.align([SWEATER, HOURS])
+    result = reader.invoke(SWEATER_CASE)
+    assert result["metadata"]["episode_ids"][0] == "sweater"
+    assert len(reader.guidelines) == len(writer.guidelines) > 0
+    assert lagging.invoke(SWEATER_CASE)["metadata"]["episode_ids"] == []
+    writer.unalign(["sweater"])
+    assert "sweater" not in reader.invoke(SWEATER_CASE)["metadata"]["episode_ids"]
+    assert len(reader.memory.index) == 1
+    for j in (writer, reader, lagging):
+        j.close()
+
+
+def test_second_process_sees_an_align_without_reopening(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=2)
+    writer.align([HOURS])
+    ctx = spawn()
+    ready, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(
+        target=pg_worker.judge_after_signal, args=(url, SWEATER_CASE, ready, go, out)
+    )
+    proc.start()
+    try:
+        assert ready.wait(120)
+        writer.align([SWEATER])
+        go.set()
+        got = out.get(timeout=120)
+    finally:
+        proc.join(60)
+    assert proc.exitcode == 0
+    assert got["calls_at_open"] == 0 and got["episodes_at_open"] == 1
+    assert got["episode_ids"][0] == "sweater"
+    assert sorted(got["guidelines"]) == sorted(g.text for g in writer.guidelines)
+    writer.close()
+
+
+def test_concurrent_aligns_from_two_processes(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    make_judge(path=url).close()
+    ctx = spawn()
+    go, out = ctx.Event(), ctx.Queue()
+    batches = [[SWEATER, HOURS], [SWEATER, RUDE]]
+    procs, readies = [], []
+    for items in batches:
+        ready = ctx.Event()
+        payload = [fb.model_dump() for fb in items]
+        p = ctx.Process(target=pg_worker.align_after_signal, args=(url, payload, ready, go, out))
+        p.start()
+        procs.append(p)
+        readies.append(ready)
+    try:
+        assert all(r.wait(120) for r in readies)
+        go.set()
+        reports = [out.get(timeout=120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    # The shared item was learned once: one process added it, the other found it unchanged
+    # (the content hash makes the re-send free).
+    assert sorted(len(r["added"]) for r in reports) == [1, 2]
+    assert sum("sweater" in r["added"] for r in reports) == 1
+    assert sum("sweater" in r["unchanged"] for r in reports) == 1
+    judge = make_judge(path=url)
+    assert sorted(judge.feedback_ids) == ["hours", "rude", "sweater"]  # no lost update
+    texts = [g.text for g in judge.guidelines]
+    assert len(texts) == len(set(texts)) == 3  # no duplicate guideline
+    assert len(judge.memory.index) == 3
+    assert sum(1 for g in judge.guidelines if "sweater" in g.source_ids) == 1
+    judge.close()
+
+
+def test_wrong_schema_version_is_refused(make_judge: Any, model: Any, db: str) -> None:
+    url = judge_url(db)
+    make_judge(path=url).close()
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE memalign_schema SET version = 99")
+    with pytest.raises(MemoryFormatError, match="schema version 99 is not supported"):
+        MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    with pytest.raises(MemoryFormatError, match="schema version 99"):
+        make_judge(path=url)
+
+
+def test_unknown_judge_and_other_embedding_model_are_refused(
+    make_judge: Any, model: Any, db: str
+) -> None:
+    url = judge_url(db)
+    make_judge(path=url).align([HOURS])
+    with pytest.raises(EmbeddingMismatchError):
+        MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings(model="other"))
+    with pytest.raises(MemoryFormatError, match="no MemAlign memory for this judge"):
+        MemAlignJudge.load(judge_url(db, "nobody"), model=model, embeddings=HashEmbeddings())
+
+
+def test_failed_align_leaves_no_partial_write(
+    make_judge: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = judge_url(db)
+    judge = make_judge(path=url)
+    judge.align([HOURS])
+    seq = judge.memory.store.change_seq()
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(type(judge.memory.store), "put_guideline", boom)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        judge.align([SWEATER, RUDE])
+    monkeypatch.undo()
+    assert judge.memory.store.change_seq() == seq
+    assert rows(db, "SELECT id FROM memalign_feedback") == [("hours",)]
+    assert len(rows(db, "SELECT id FROM memalign_episodes")) == 1
+    assert judge.feedback_ids == ["hours"]
+    judge.align([SWEATER])  # and the memory keeps working
+    assert judge.feedback_ids == ["hours", "sweater"]
+    judge.close()
+
+
+def test_postgres_url_without_psycopg_names_the_extra(
+    make_judge: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(MemoryFormatError, match=r"langchain-memalign\[postgres\]"):
+        make_judge(path="postgresql://nobody@127.0.0.1:1/x?judge=a")
+
+
+def test_bad_url_parameters_are_refused(make_judge: Any) -> None:
+    with pytest.raises(MemoryFormatError, match="staleness"):
+        make_judge(path="postgresql://nobody@127.0.0.1:1/x?staleness=-1")
+
+
+def test_cli_memory_setting_takes_a_database_url(
+    db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_cli import CONFIG, EXIT_OK, EXIT_USAGE, Env
+
+    env = Env(tmp_path, capsys)
+    url = judge_url(db, "helpfulness")
+    env.config.write_text(CONFIG.replace('memory = "mem"', f'memory = "{url}"'))
+    code, _, err = env.run("align", env.feedback)
+    assert code == EXIT_USAGE and "create it first" in err
+    code, out, _ = env.run("create")
+    assert code == EXIT_OK and "Created judge 'helpfulness'" in out and "postgresql://" in out
+    assert env.run("align", env.feedback)[0] == EXIT_OK
+    code, out, _ = env.run("show")
+    assert code == EXIT_OK and "3 feedback, 3 episodes, 3 guidelines" in out
+    assert not (tmp_path / "mem").exists()
+    # --memory overrides the file's setting with another judge in the same database.
+    other = judge_url(db, "other")
+    code, _, err = env.run("show", "--memory", other)
+    assert code == EXIT_USAGE and "no MemAlign memory for this judge" in err
+
+
+def test_memory_url_parameters_and_redaction() -> None:
+    from langchain_memalign.memory.postgres import PostgresTarget, describe_location
+
+    t = PostgresTarget.parse(
+        "postgresql://bob:s3cret@db.example:5433/team?sslmode=require&judge=tone&staleness=2.5"
+    )
+    assert (t.judge, t.staleness, t.pool_size) == ("tone", 2.5, 8)
+    assert t.conninfo == "postgresql://bob:s3cret@db.example:5433/team?sslmode=require"
+    assert "s3cret" not in t.describe() and "'tone'" in t.describe()
+    assert "s3cret" not in describe_location("postgresql://bob:s3cret@h/db")
+    assert PostgresTarget.parse("postgres:///db?host=/run/postgresql").judge == "default"
+
+
+def test_catch_up_replaces_changed_episodes_in_an_hnsw_index(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=3)
+    reader = make_judge(path=url, k=3, hnsw_threshold=1)  # approximate index: tombstones
+    writer.align([SWEATER, HOURS, RUDE])
+    reader.invoke(CASE)
+    assert reader.memory.index.kind == "hnsw" and len(reader.memory.index) == 3
+    before = set(reader.memory.index.ids().tolist())
+    changed = SWEATER.model_copy(update={"inputs": "My new jumper's colour is wrong, I'm upset."})
+    writer.align([changed])
+    result = reader.invoke({"inputs": changed.inputs, "outputs": "Colors vary."})
+    assert result["metadata"]["episode_ids"][0] == "sweater"
+    after = set(reader.memory.index.ids().tolist())
+    assert len(after) == 3 and len(after - before) == 1  # the changed episode has a new id
+    assert after == set(writer.memory.index.ids().tolist())
+    writer.close()
+    reader.close()
+
+
+async def test_async_judgments_catch_up_too(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=2)
+    reader = make_judge(path=url, k=2)
+    assert (await reader.ainvoke(SWEATER_CASE))["metadata"]["episode_ids"] == []
+    await writer.aalign([SWEATER])
+    assert (await reader.ainvoke(SWEATER_CASE))["metadata"]["episode_ids"] == ["sweater"]
+    writer.close()
+    reader.close()
+
+
+def test_big_memory_opens_exact_then_swaps_in_hnsw(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import fb
+
+    from langchain_memalign.memory.judge_memory import JudgeMemory
+
+    url = judge_url(db)
+    writer = make_judge(path=url, k=3)
+    writer.align([SWEATER, HOURS, RUDE])
+    gate = threading.Event()
+    build = JudgeMemory._build_hnsw
+
+    def gated(self: JudgeMemory, *args: Any) -> None:
+        gate.wait(30)  # hold the background build until the memory has moved on
+        build(self, *args)
+
+    monkeypatch.setattr(JudgeMemory, "_build_hnsw", gated)
+    emb = HashEmbeddings()
+    reader = MemAlignJudge.load(url, model=model, embeddings=emb, hnsw_threshold=2)
+    assert emb.calls == 0
+    assert reader.memory.index.kind == "flat" and not reader.memory.wait_for_index(0)
+    writer.unalign(["rude"])
+    writer.align([fb("late", "Where is my parcel? I'm worried.", "Tracking: 123.", True, "Good.")])
+    assert reader.invoke(CASE)["metadata"]["episode_ids"]  # judged on the exact index
+    gate.set()
+    assert reader.memory.wait_for_index(30)
+    assert reader.memory.index.kind == "hnsw"
+    ids = set(reader.memory.index.ids().tolist())
+    assert ids == set(writer.memory.index.ids().tolist()) and len(ids) == 3
+    assert reader.invoke(SWEATER_CASE)["metadata"]["episode_ids"][0] == "sweater"
+    writer.close()
+    reader.close()
+
+
+def test_a_judgment_never_mixes_versions(make_judge: Any, db: str) -> None:
+    url = judge_url(db)
+    writer = make_judge(path=url, k=3)
+    reader = make_judge(path=url, k=3)
+    writer.align([SWEATER, HOURS])
+    reader.invoke(CASE)
+    old = reader.memory.snapshot()
+    vector = reader.memory.embed([reader.memory.case_text(SWEATER.inputs)])[0]
+    assert reader.memory.retrieve(vector, view=old)[0].feedback_id == "sweater"
+    # Another process changes the sweater's rationale (same embedded text, same episode).
+    writer.align([SWEATER.model_copy(update={"rationale": "Say sorry first."})])
+    # A judgment still on the old version does not see the newer text: the episode
+    # is left out rather than shown as the newer version has it.
+    on_old = reader.memory.retrieve(vector, view=old)
+    assert [e.feedback_id for e in on_old] == ["hours"]
+    new = reader.memory.snapshot()  # catches up
+    assert new.seq > old.seq
+    on_new = reader.memory.retrieve(vector, view=new)
+    assert on_new[0].feedback_id == "sweater" and on_new[0].rationale == "Say sorry first."
+    writer.close()
+    reader.close()
+
+
+def test_save_copies_between_judges_of_databases(
+    make_judge: Any, model: Any, db: str, pg_server: TempPostgres
+) -> None:
+    src = make_judge(path=judge_url(db, "src"))
+    src.align([SWEATER, HOURS])
+    src.save(src_url := judge_url(db, "src"))  # to itself: nothing to do
+    other_db = pg_server.new_database()
+    for target in (judge_url(db, "copy"), judge_url(other_db, "src")):
+        src.save(target)
+        copy = MemAlignJudge.load(target, model=model, embeddings=HashEmbeddings())
+        assert copy.feedback_ids == src.feedback_ids
+        assert copy.guidelines == src.guidelines
+        assert copy.history() == src.history()
+        copy.close()
+    assert MemAlignJudge.load(src_url, model=model, embeddings=HashEmbeddings()).feedback_ids == [
+        "sweater", "hours",
+    ]  # fmt: skip
+    src.close()
