@@ -222,6 +222,29 @@ class JudgeMemory:
                 index = self.index
                 write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
 
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Run one align or unalign as a single transaction: whole or not at all.
+
+        Holds the write lock. The steps inside commit as savepoints and are
+        published to judgments as they complete; if anything raises, every
+        step is rolled back and the in-process index and views are rebuilt
+        from the store, so the memory is exactly as before.
+        """
+        with self.write_lock:
+            if self.store.in_atomic:  # joined by an enclosing unit
+                yield
+                return
+            start = self._view.seq
+            try:
+                with self.store.atomic():
+                    yield
+            except BaseException:
+                self._views = OrderedDict((s, v) for s, v in self._views.items() if s <= start)
+                self.index = self._rebuild_index()
+                self._publish()
+                raise
+
     # -- embedding -------------------------------------------------------------------
 
     def case_text(self, inputs: Any, outputs: Any = None) -> str:
