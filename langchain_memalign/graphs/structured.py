@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.rate_limiters import BaseRateLimiter
@@ -159,6 +160,18 @@ class StructuredCaller(Generic[T]):
                 error = _short(e)
         return None, raw, error or "the reply did not contain the expected fields"
 
+    @staticmethod
+    def _parser_failure(e: OutputParserException) -> tuple[None, AIMessage | None, str]:
+        """A model's own structured output that raised instead of reporting the failure.
+
+        Some `with_structured_output` implementations raise `OutputParserException`
+        even with `include_raw=True`: it is unusable output like any other, so it is
+        retried with the error and ends as `MalformedOutputError`.
+        """
+        text = e.llm_output if isinstance(e.llm_output, str) else None
+        raw = AIMessage(content=text) if text else None
+        return None, raw, f"the model's structured output could not be parsed ({e})"
+
     def _checked(
         self, parsed: T, raw: AIMessage | None
     ) -> tuple[T | None, AIMessage | None, str | None]:
@@ -202,8 +215,12 @@ class StructuredCaller(Generic[T]):
         for _ in range(self.retries + 1):
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(blocking=True)
-            result = self._runnable.invoke(msgs, config)
-            parsed, raw, error = self._parse(result)
+            try:
+                result = self._runnable.invoke(msgs, config)
+            except OutputParserException as e:
+                parsed, raw, error = self._parser_failure(e)
+            else:
+                parsed, raw, error = self._parse(result)
             usage = usage + _usage_of(raw)
             if parsed is not None:
                 return parsed, usage
@@ -222,8 +239,12 @@ class StructuredCaller(Generic[T]):
         for _ in range(self.retries + 1):
             if self.rate_limiter is not None:
                 await self.rate_limiter.aacquire(blocking=True)
-            result = await self._runnable.ainvoke(msgs, config)
-            parsed, raw, error = self._parse(result)
+            try:
+                result = await self._runnable.ainvoke(msgs, config)
+            except OutputParserException as e:
+                parsed, raw, error = self._parser_failure(e)
+            else:
+                parsed, raw, error = self._parse(result)
             usage = usage + _usage_of(raw)
             if parsed is not None:
                 return parsed, usage

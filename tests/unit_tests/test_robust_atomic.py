@@ -152,3 +152,23 @@ def test_judgments_during_a_failed_align_and_after_see_a_whole_memory(
     # The next commit gets a fresh version number, never one a rolled-back step had.
     judge.align([RUDE])
     assert judge.memory.snapshot().seq > seq + 1
+
+
+def test_realigning_with_only_new_metadata_updates_the_item(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    """Point 7: it was reported unchanged and the new metadata was dropped."""
+    judge = make_judge(path=tmp_path)
+    judge.align([SWEATER, HOURS])
+    calls, guidelines = len(model.calls), dump(judge)["guidelines"]
+    tagged = SWEATER.model_copy(update={"metadata": {"ticket": "T-42", "queue": "returns"}})
+    report = judge.align([tagged, HOURS])
+    assert report.updated == ["sweater"] and report.unchanged == ["hours"]
+    assert judge.get_feedback("sweater").metadata == {"ticket": "T-42", "queue": "returns"}
+    # Nothing to learn again: no model call, guidelines and the distilled status kept.
+    assert len(model.calls) == calls and report.usage.llm_calls == 0
+    assert dump(judge)["guidelines"] == guidelines and judge.memory.pending_ids() == []
+    assert judge.align([tagged]).unchanged == ["sweater"]
+    judge.close()
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert loaded.get_feedback("sweater").metadata["ticket"] == "T-42"
