@@ -16,6 +16,7 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
+from langchain_memalign import limits
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import (
     InvalidFeedbackError,
@@ -371,6 +372,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                     f"feedback {fb.id!r} appears twice in one align call", feedback_id=fb.id
                 )
             seen.add(fb.id)
+            limits.check_feedback(fb)
             value = self.scale.validate_value(fb.value, feedback_id=fb.id)
             items.append(fb if value == fb.value and type(value) is type(fb.value)
                          else fb.model_copy(update={"value": value}))  # fmt: skip

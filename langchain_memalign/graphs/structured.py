@@ -24,6 +24,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
+from langchain_memalign import limits
 from langchain_memalign._text import extract_json, truncate
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.reports import Usage
@@ -77,8 +78,12 @@ class StructuredCaller(Generic[T]):
         retries: int = 2,
         check: Callable[[T], None] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
+        budgeted: bool = True,
     ) -> None:
         self.schema = schema
+        # Alignment prompts (reflection, re-derivation, narrowing, consolidation) are
+        # kept within `limits.PROMPT_TOKEN_BUDGET`; a judgment shows its case whole.
+        self.budgeted = budgeted
         self.rate_limiter = rate_limiter
         self.what = what
         self.retries = retries
@@ -112,7 +117,7 @@ class StructuredCaller(Generic[T]):
                 self._runnable = model
 
     def _prepare(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        msgs = list(messages)
+        msgs = limits.fit_prompt(list(messages)) if self.budgeted else list(messages)
         if self._mode == "text":
             schema = json.dumps(self.schema.model_json_schema())
             msgs.append(

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from langchain_memalign import limits
 from langchain_memalign.errors import InvalidFeedbackError, MemoryFormatError
 from langchain_memalign.feedback import Feedback, storable_problem
 
@@ -107,6 +108,7 @@ def encode_feedback(fb: Feedback) -> str:
     changing the feedback) and SQLite stores text as UTF-8 (a lone surrogate
     cannot be encoded), so both are refused here, before anything is written.
     """
+    limits.check_feedback(fb)  # LimitExceededError: nothing is written
     try:
         problem = storable_problem(fb.model_dump())
         if problem:
