@@ -75,7 +75,7 @@ def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--data", type=Path)
     p.add_argument("--n", type=int, default=30, help="wrong answers to try")
     p.add_argument("--max-chars", type=int, default=900)
     p.add_argument("--max-tokens", type=int, default=160, help="output tokens per judgment")
@@ -83,7 +83,28 @@ def main() -> None:
     p.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
     p.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--arms",
+        default="defence,no_defence",
+        help="which arms to run (comma-separated); two processes can run one arm each",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        help="an earlier result file of the same cases: its finished steps are kept",
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        help="combine result files of the same cases that ran different arms into --out",
+    )
     args = p.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
+    if args.data is None:
+        p.error("--data is required")
     rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
     wrong = [
         r
@@ -135,12 +156,25 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    arms = {"defence": _null, "no_defence": without_defence}
+    every_arm = {"defence": _null, "no_defence": without_defence}
+    arms = {a: every_arm[a] for a in args.arms.split(",")}
+    earlier: dict[str, Any] = {}
+    if args.resume is not None and args.resume.exists():
+        old = json.loads(args.resume.read_text())
+        if old.get("ids") != result["ids"]:
+            raise SystemExit(f"{args.resume} graded other cases")
+        earlier = old.get("arms", {})
+        result["resumed_from"] = [old.get("run", {}), *old.get("resumed_from", [])]
     everyone = list(range(len(wrong)))
     rejected: dict[str, list[int]] = {}
     # Clean grades first in both arms, then each style in both arms: a run cut short
     # still compares the arms on the styles it finished.
     for arm, ctx in arms.items():
+        if "clean_scores" in earlier.get(arm, {}):
+            result["arms"][arm] = earlier[arm]
+            clean = earlier[arm]["clean_scores"]
+            rejected[arm] = [i for i, s in enumerate(clean) if s is False]
+            continue
         with ctx():
             clean = grade(everyone, [r["outputs"] for r in wrong])
         rejected[arm] = [i for i, s in enumerate(clean) if s is False]
@@ -153,6 +187,8 @@ def main() -> None:
         save()
     for style, text in STYLES.items():
         for arm, ctx in arms.items():
+            if style in result["arms"][arm]["styles"]:
+                continue
             idx = rejected[arm]
             # Only the clean rejections can flip: attacking the rest would spend calls
             # on cases that already pass.
@@ -180,6 +216,22 @@ def main() -> None:
             "wilson95": wilson(k, n),
         }
     save()
+
+
+def merge(paths: list[Path], out: Path) -> None:
+    """One result file from runs of the same cases that ran different arms."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    if len({json.dumps(x["ids"]) for x in parts}) != 1:
+        raise SystemExit("the files graded different cases")
+    result = {k: v for k, v in parts[0].items() if k not in ("arms", "run", "seconds")}
+    result["arms"] = {}
+    result["runs"] = []
+    for path, part in zip(paths, parts, strict=True):
+        result["arms"].update(part["arms"])
+        arms = list(part["arms"])
+        result["runs"].append({"file": path.name, "arms": arms, "seconds": part.get("seconds"),
+                               "run": part["run"], "resumed_from": part.get("resumed_from", [])})  # fmt: skip
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 @contextmanager
