@@ -228,9 +228,15 @@ def merge(paths: list[Path], out: Path) -> None:
     result["runs"] = []
     for path, part in zip(paths, parts, strict=True):
         result["arms"].update(part["arms"])
-        arms = list(part["arms"])
-        result["runs"].append({"file": path.name, "arms": arms, "seconds": part.get("seconds"),
-                               "run": part["run"], "resumed_from": part.get("resumed_from", [])})  # fmt: skip
+        result["runs"].append(
+            {
+                "file": path.name,
+                "arms": list(part["arms"]),
+                "seconds": part.get("seconds"),
+                "run": part["run"],
+                "resumed_from": part.get("resumed_from", []),
+            }
+        )
     out.write_text(json.dumps(result, indent=2) + "\n")
 
 
