@@ -172,3 +172,23 @@ def test_realigning_with_only_new_metadata_updates_the_item(
     judge.close()
     loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert loaded.get_feedback("sweater").metadata["ticket"] == "T-42"
+
+
+def test_a_reader_keeps_its_version_across_a_rolled_back_align_and_a_later_commit(
+    make_judge: Any,
+) -> None:
+    """The steps of a rolled-back align took version numbers that are never reused; a
+    reader of the version before it still reads that version after later commits."""
+    emb = FlakyEmbeddings()
+    judge = make_judge(embeddings=emb)
+    judge.align([SWEATER, HOURS, RUDE])
+    view = judge.memory.snapshot()
+    qv = emb.embed_query(str(SWEATER.inputs))
+    found = sorted(e.feedback_id for e in judge.memory.retrieve(qv, k=3, view=view))
+    assert found == ["hours", "rude", "sweater"]
+    emb.down = True
+    with pytest.raises(AlignFailedError):
+        judge.align([CHANGED])  # its forget step committed as a savepoint, then rolled back
+    emb.down = False
+    judge.unalign(["hours"])
+    assert sorted(e.feedback_id for e in judge.memory.retrieve(qv, k=3, view=view)) == found
