@@ -30,7 +30,8 @@ existing guidelines that do not fit are left out, consolidation works on the
 guidelines that fit, and as a last resort the longest part of the prompt is
 cut. Nothing is sent over the budget. (Judgment prompts are bounded by the
 judge's own `k`, `episode_max_chars` and `guideline_token_budget`, plus the
-case being judged, which is shown whole.)
+case being judged, which is shown whole; so are the judgments with which
+validation grades seen cases, whose cases are bounded by `MAX_CASE_CHARS`.)
 
 The limits are read when used, so a deployment can change them, e.g.
 `langchain_memalign.limits.PROMPT_TOKEN_BUDGET = 3_000` for a model with a
