@@ -7,13 +7,14 @@ defused, the judge told that instructions inside it are data) and without it (th
 prompt with the defence sentence removed and delimiters left as they are).
 
     .venv/bin/python benchmarks/injection.py --data ../shared/data/halubench.jsonl \
-        --n 30 --out benchmarks/results/quality/injection.json
+        --n 30 --out benchmarks/results/injection.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -59,17 +60,51 @@ def without_defence() -> Any:
         prompts.JUDGE_SYSTEM, prompts.data_text = system, data_text
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
+    """The 95% Wilson interval of k successes in n: honest at small n and at 0 or n."""
+    if n == 0:
+        return None
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--data", type=Path)
     p.add_argument("--n", type=int, default=30, help="wrong answers to try")
     p.add_argument("--max-chars", type=int, default=900)
+    p.add_argument("--max-tokens", type=int, default=160, help="output tokens per judgment")
+    p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
     p.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--arms",
+        default="defence,no_defence",
+        help="which arms to run (comma-separated); two processes can run one arm each",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        help="an earlier result file of the same cases: its finished steps are kept",
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        help="combine result files of the same cases that ran different arms into --out",
+    )
     args = p.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
+    if args.data is None:
+        p.error("--data is required")
     rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
     wrong = [
         r
@@ -83,7 +118,7 @@ def main() -> None:
         base_url=args.chat_url,
         api_key=key,
         temperature=0.0,
-        max_tokens=300,
+        max_tokens=args.max_tokens,
         timeout=600,
         max_retries=1,
     )
@@ -92,36 +127,117 @@ def main() -> None:
     )
     judge = MemAlignJudge(name="faithful", instructions=INSTRUCTIONS, model=llm, embeddings=emb)
 
-    def grade(outputs: list[Any]) -> list[Any]:
-        cases = [{"inputs": r["inputs"], "outputs": o} for r, o in zip(wrong, outputs, strict=True)]
-        return [x["score"] for x in judge.batch(cases, {"max_concurrency": 2})]
+    def grade(idx: list[int], outputs: list[Any]) -> list[Any]:
+        """Scores of the cases `idx` with `outputs`; an error (after the judge's own
+        retries) is recorded as its type name, so one bad reply does not end the run."""
+        cases = [
+            {"inputs": wrong[i]["inputs"], "outputs": o} for i, o in zip(idx, outputs, strict=True)
+        ]
+        got = judge.batch(cases, {"max_concurrency": args.concurrency}, return_exceptions=True)
+        return [type(x).__name__ if isinstance(x, Exception) else x["score"] for x in got]
 
     started = time.time()
-    result: dict[str, Any] = {"n_wrong": len(wrong), "styles": list(STYLES), "arms": {}}
-    for arm in ("defence", "no_defence"):
-        ctx = without_defence() if arm == "no_defence" else _null()
-        with ctx:
-            clean = grade([r["outputs"] for r in wrong])
-            rejected = [i for i, s in enumerate(clean) if s is False]
-            arm_out: dict[str, Any] = {"rejected_clean": len(rejected), "styles": {}}
-            for style, text in STYLES.items():
-                attacked = grade([render(r["outputs"]) + text for r in wrong])
-                flips = [i for i in rejected if attacked[i] is True]
-                arm_out["styles"][style] = {
-                    "flipped": len(flips),
-                    "of": len(rejected),
-                    "flip_rate": round(len(flips) / len(rejected), 3) if rejected else None,
-                    "passed_any": sum(1 for s in attacked if s is True),
-                }
-                print(f"{arm} {style}: {len(flips)}/{len(rejected)} rejections flipped", flush=True)
-        result["arms"][arm] = arm_out
-    result["seconds"] = round(time.time() - started, 1)
+    result: dict[str, Any] = {
+        "n_wrong": len(wrong),
+        "ids": [r.get("id") for r in wrong],
+        "styles": STYLES,
+        "max_tokens": args.max_tokens,
+        "arms": {},
+    }
+
+    # Taken once at the start: the commit and package state the run measured.
     result["run"] = run_info(
         models={"chat": "local", "embeddings": "minilm"},
         data={args.data.name: file_sha256(args.data)},
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    def save() -> None:
+        result["seconds"] = round(time.time() - started, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    every_arm = {"defence": _null, "no_defence": without_defence}
+    arms = {a: every_arm[a] for a in args.arms.split(",")}
+    earlier: dict[str, Any] = {}
+    if args.resume is not None and args.resume.exists():
+        old = json.loads(args.resume.read_text())
+        if old.get("ids") != result["ids"]:
+            raise SystemExit(f"{args.resume} graded other cases")
+        earlier = old.get("arms", {})
+        result["resumed_from"] = [old.get("run", {}), *old.get("resumed_from", [])]
+    everyone = list(range(len(wrong)))
+    rejected: dict[str, list[int]] = {}
+    # Clean grades first in both arms, then each style in both arms: a run cut short
+    # still compares the arms on the styles it finished.
+    for arm, ctx in arms.items():
+        if "clean_scores" in earlier.get(arm, {}):
+            result["arms"][arm] = earlier[arm]
+            clean = earlier[arm]["clean_scores"]
+            rejected[arm] = [i for i, s in enumerate(clean) if s is False]
+            continue
+        with ctx():
+            clean = grade(everyone, [r["outputs"] for r in wrong])
+        rejected[arm] = [i for i, s in enumerate(clean) if s is False]
+        result["arms"][arm] = {
+            "clean_scores": clean,
+            "rejected_clean": len(rejected[arm]),
+            "styles": {},
+        }
+        print(f"{arm}: {len(rejected[arm])}/{len(wrong)} wrong answers rejected", flush=True)
+        save()
+    for style, text in STYLES.items():
+        for arm, ctx in arms.items():
+            if style in result["arms"][arm]["styles"]:
+                continue
+            idx = rejected[arm]
+            # Only the clean rejections can flip: attacking the rest would spend calls
+            # on cases that already pass.
+            with ctx():
+                attacked = grade(idx, [render(wrong[i]["outputs"]) + text for i in idx])
+            flips = sum(1 for s in attacked if s is True)
+            errors = sum(1 for s in attacked if isinstance(s, str))
+            result["arms"][arm]["styles"][style] = {
+                "flipped": flips,
+                "of": len(idx),
+                "flip_rate": round(flips / len(idx), 3) if idx else None,
+                "wilson95": wilson(flips, len(idx)),
+                "errors": errors,
+                "scores": attacked,
+            }
+            print(f"{arm} {style}: {flips}/{len(idx)} rejections flipped", flush=True)
+            save()
+    for arm in arms:
+        styles = result["arms"][arm]["styles"].values()
+        k, n = sum(s["flipped"] for s in styles), sum(s["of"] for s in styles)
+        result["arms"][arm]["all_styles"] = {
+            "flipped": k,
+            "of": n,
+            "flip_rate": round(k / n, 3) if n else None,
+            "wilson95": wilson(k, n),
+        }
+    save()
+
+
+def merge(paths: list[Path], out: Path) -> None:
+    """One result file from runs of the same cases that ran different arms."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    if len({json.dumps(x["ids"]) for x in parts}) != 1:
+        raise SystemExit("the files graded different cases")
+    result = {k: v for k, v in parts[0].items() if k not in ("arms", "run", "seconds")}
+    result["arms"] = {}
+    result["runs"] = []
+    for path, part in zip(paths, parts, strict=True):
+        result["arms"].update(part["arms"])
+        result["runs"].append(
+            {
+                "file": path.name,
+                "arms": list(part["arms"]),
+                "seconds": part.get("seconds"),
+                "run": part["run"],
+                "resumed_from": part.get("resumed_from", []),
+            }
+        )
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 @contextmanager

@@ -7,8 +7,10 @@ reports, the scale, the memory records and the errors.
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.critique import CritiqueState, SelfCritique
 from langchain_memalign.errors import (
+    AlignFailedError,
     EmbeddingMismatchError,
     InvalidFeedbackError,
+    LimitExceededError,
     MalformedOutputError,
     MemAlignError,
     MemoryFormatError,
@@ -24,6 +26,7 @@ from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale
 
 __all__ = [
+    "AlignFailedError",
     "AlignReport",
     "CritiqueState",
     "EmbeddingMismatchError",
@@ -33,6 +36,7 @@ __all__ = [
     "InvalidFeedbackError",
     "JudgeConfig",
     "JudgeResult",
+    "LimitExceededError",
     "MalformedOutputError",
     "MemAlignError",
     "MemAlignJudge",

@@ -64,6 +64,42 @@ class ReflectionError(MemAlignError):
         self.report = report
 
 
+class AlignFailedError(MemAlignError):
+    """An `align` or `unalign` failed part-way and was rolled back: nothing changed.
+
+    Most often a model or embedding provider failed (a connection error, a
+    rate limit, a timeout) after the call had started. Every `align` and
+    `unalign` is one transaction, so the memory (guidelines, episodes, stored
+    feedback and whether it is distilled) is exactly as it was before the
+    call, in the folder and in process. The message names the operation and
+    the underlying error; `__cause__` is the original exception, for code
+    that retries on a provider's own error type. Model output that stays
+    unusable after retries is `MalformedOutputError` instead, and failed
+    reflections that keep their feedback pending are `ReflectionError`.
+    """
+
+    def __init__(self, message: str, *, operation: str = "align") -> None:
+        super().__init__(message)
+        self.operation = operation
+
+
+class LimitExceededError(InvalidFeedbackError):
+    """Feedback exceeds a size limit of `langchain_memalign.limits`.
+
+    Raised by `align` before any model call, and by the store for anything
+    it is asked to write past a limit (nothing of the call is stored).
+    `field` names what is too large and `limit` the limit it exceeds; the
+    limits are module constants that may be raised for a deployment.
+    """
+
+    def __init__(
+        self, message: str, *, field: str, limit: int, feedback_id: str | None = None
+    ) -> None:
+        super().__init__(message, feedback_id=feedback_id)
+        self.field = field
+        self.limit = limit
+
+
 class MemoryFormatError(MemAlignError):
     """A memory folder is missing, corrupt, or from an incompatible version.
 

@@ -16,6 +16,7 @@ from langchain_core.runnables.config import ensure_config
 from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
+from langchain_memalign import limits
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.errors import (
     InvalidFeedbackError,
@@ -378,6 +379,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                     f"feedback {fb.id!r} appears twice in one align call", feedback_id=fb.id
                 )
             seen.add(fb.id)
+            limits.check_feedback(fb)
             value = self.scale.validate_value(fb.value, feedback_id=fb.id)
             items.append(fb if value == fb.value and type(value) is type(fb.value)
                          else fb.model_copy(update={"value": value}))  # fmt: skip
@@ -394,11 +396,17 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
         Feedback already stored unchanged costs nothing; an id with a new
         value, rationale or case replaces the old version, and guidelines
-        derived from the old version are re-derived. All feedback is validated
-        before anything is stored.
+        derived from the old version are re-derived; an id with only new
+        metadata is stored with it, without a model call, and reported as
+        updated. All feedback is validated (storable, within the size limits
+        of `langchain_memalign.limits`) before any model call, and the whole
+        call is one transaction: it commits completely or not at all.
 
         Raises:
             InvalidFeedbackError: malformed feedback or a value outside the scale.
+            LimitExceededError: feedback over a size limit (an `InvalidFeedbackError`).
+            AlignFailedError: the call failed part-way (a provider error, most
+                often) and was rolled back: the memory is unchanged.
             ReflectionError: some reflection batches failed (with
                 `raise_on_failure`); their feedback is stored and retried by the
                 next `align`, and the error carries the report.
@@ -426,8 +434,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         removed feedback's cases or rationales is left in the memory. An empty
         list changes nothing.
 
+        The call is one transaction: it commits completely or not at all.
+
         Raises:
             UnknownFeedbackError: some ids are not in the memory (nothing is removed).
+            AlignFailedError: the call failed part-way (a provider error, most
+                often) and was rolled back: the memory is unchanged.
             TypeError: `ids` is a single string (`unalign("f1")` would otherwise
                 mean the ids `"f"` and `"1"`): pass `["f1"]`.
         """

@@ -30,9 +30,11 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Send
 
+from langchain_memalign import limits
 from langchain_memalign._text import normalize
 from langchain_memalign._weak import weak_node
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.budget import fit_reflection, shown_guidelines
 from langchain_memalign.graphs.forget import ForgetStep
 from langchain_memalign.graphs.prompts import (
     consolidate_messages,
@@ -117,10 +119,11 @@ class AlignNodes(ForgetStep):
         batch = state["batch"]
         ids = [fb.id for fb in batch]
         cfg = self.memory.config
-        contrast = self._contrast(batch)
+        contrast, existing, max_chars = fit_reflection(
+            batch, self._contrast(batch), self.memory.guidelines, cfg.episode_max_chars
+        )
         messages = reflect_messages(
-            cfg.instructions, cfg.scale, batch, self.memory.guidelines, cfg.episode_max_chars,
-            contrast=contrast,
+            cfg.instructions, cfg.scale, batch, existing, max_chars, contrast=contrast,
         )  # fmt: skip
         citable = ids + [fb.id for fb in contrast]
         reflector = StructuredCaller(
@@ -230,6 +233,14 @@ class AlignNodes(ForgetStep):
                     RejectedGuideline(text=text, reason="no cited rationale supports it")
                 )
         plan = merge_proposals(mem.guidelines, supported)
+        room = max(0, limits.MAX_GUIDELINES - len(mem.guidelines))
+        for g in plan.added[room:]:
+            reason = (
+                f"the memory holds the most guidelines allowed ({limits.MAX_GUIDELINES}, "
+                "langchain_memalign.limits.MAX_GUIDELINES)"
+            )
+            rejected.append(RejectedGuideline(text=g.text, reason=reason))
+        plan.added = plan.added[:room]
 
         new_rows: list[int] = []
         old_rows: list[int] = []
@@ -285,7 +296,9 @@ class AlignNodes(ForgetStep):
         """Merge overlapping guidelines with the model, keeping the union of their provenance."""
         mem = self.memory
         cfg = mem.config
-        guidelines = list(mem.guidelines)
+        # Past the prompt budget, this consolidation merges the guidelines that fit;
+        # the next one (still over the guideline budget) takes the rest.
+        guidelines = shown_guidelines(list(mem.guidelines), limits.prompt_budget_chars() // 2)
         max_words = max(30, int(cfg.guideline_token_budget * 0.45))
         try:
             out, usage = self.consolidator.invoke(

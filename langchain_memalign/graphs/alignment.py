@@ -9,11 +9,18 @@ feedback through the graph's forget step.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
-from langchain_memalign.errors import ReflectionError, UnknownFeedbackError
+from langchain_memalign.errors import (
+    AlignFailedError,
+    MemAlignError,
+    ReflectionError,
+    UnknownFeedbackError,
+)
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -57,19 +64,35 @@ class AlignmentRun:
     def align(
         self, items: list[Feedback], config: RunnableConfig, *, raise_on_failure: bool
     ) -> AlignReport:
-        """Learn from validated feedback (see `MemAlignJudge.align`)."""
+        """Learn from validated feedback (see `MemAlignJudge.align`).
+
+        One transaction: forgetting what changed items fed, storing, merging,
+        validating and consolidating commit together or not at all.
+        """
         started = time.perf_counter()
         mem = self.memory
-        with mem.write_lock:
+        with mem.write_lock, _rolled_back_as_documented("align"), mem.atomic():
             before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
             known = mem.store.feedback_state(fb.id for fb in items)
             added = [fb for fb in items if fb.id not in known]
             updated = [
                 fb for fb in items if fb.id in known and known[fb.id][0] != fb.content_hash()
             ]
-            unchanged = [
-                fb for fb in items if fb.id in known and known[fb.id][0] == fb.content_hash()
-            ]
+            same = [fb for fb in items if fb.id in known and known[fb.id][0] == fb.content_hash()]
+            # Same case, verdict and rationale but new metadata (or date): nothing to
+            # learn again, but the stored item takes the new fields.
+            stored = {
+                i: f.model_dump(mode="json")
+                for i, f in mem.store.get_feedback(fb.id for fb in same).items()
+            }
+            retagged = [fb for fb in same if stored.get(fb.id) != fb.model_dump(mode="json")]
+            unchanged = [fb for fb in same if fb not in retagged]
+            if retagged:
+                with mem.store.transaction() as conn:
+                    for fb in retagged:
+                        mem.store.put_feedback(conn, fb, reflected=known[fb.id][1])
+                    mem.store.log(conn, "retag", [fb.id for fb in retagged], [])
+                mem.refresh_guidelines()
             usage = Usage()
             errors: list[str] = []
             if updated:
@@ -85,7 +108,7 @@ class AlignmentRun:
             after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
         report = AlignReport(
             added=[fb.id for fb in added],
-            updated=[fb.id for fb in updated],
+            updated=[fb.id for fb in updated + retagged],
             unchanged=[fb.id for fb in unchanged],
             guidelines_added=sorted(after.keys() - before.keys()),
             guidelines_removed=sorted(before.keys() - after.keys()),
@@ -113,8 +136,9 @@ class AlignmentRun:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return UnalignReport(seconds=time.perf_counter() - started)
-        with self.memory.write_lock:
-            known = self.memory.store.feedback_state(ids)
+        mem = self.memory
+        with mem.write_lock, _rolled_back_as_documented("unalign"), mem.atomic():
+            known = mem.store.feedback_state(ids)
             missing = [i for i in ids if i not in known]
             if missing:
                 raise UnknownFeedbackError(missing)
@@ -127,3 +151,23 @@ class AlignmentRun:
             usage=result.usage,
             seconds=time.perf_counter() - started,
         )
+
+
+@contextmanager
+def _rolled_back_as_documented(operation: str) -> Iterator[None]:
+    """Turn a raw error that ended a (rolled-back) run into `AlignFailedError`.
+
+    The package's own errors pass unchanged; anything else (a provider's
+    connection error, a timeout, a bug) is named in the message and kept as
+    `__cause__`.
+    """
+    try:
+        yield
+    except MemAlignError:
+        raise
+    except Exception as e:
+        kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
+        raise AlignFailedError(
+            f"{operation} failed and was rolled back; the memory is unchanged. Cause: {kind}: {e}",
+            operation=operation,
+        ) from e

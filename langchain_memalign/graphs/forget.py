@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign._text import normalize
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.budget import case_chars
 from langchain_memalign.graphs.prompts import rederive_messages
 from langchain_memalign.graphs.provenance import supporting_sources
 from langchain_memalign.graphs.schemas import Rederived
@@ -96,7 +97,8 @@ class ForgetStep:
 
             def one(g: Guideline) -> Any:
                 remaining = [support[s] for s in g.source_ids if s in support]
-                msgs = rederive_messages(cfg.instructions, g, remaining, cfg.episode_max_chars)
+                chars = case_chars(len(remaining), cfg.episode_max_chars)
+                msgs = rederive_messages(cfg.instructions, g, remaining, chars)
                 return self.rederiver.invoke(msgs, config)
 
             outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)

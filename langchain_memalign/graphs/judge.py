@@ -92,6 +92,7 @@ class JudgeNodes:
             what=f"judge {cfg.name!r}",
             retries=cfg.max_retries,
             rate_limiter=rate_limiter,
+            budgeted=False,
         )
 
     # embed_case: nothing to embed when the memory has nothing to retrieve, so an

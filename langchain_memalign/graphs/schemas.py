@@ -11,14 +11,18 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, create_model
 
+from langchain_memalign.limits import MAX_GUIDELINE_CHARS
 from langchain_memalign.memory.semantic import GUIDELINE_MAX_CHARS
 
 
 class ProposedGuideline(BaseModel):
     """A guideline distilled from feedback."""
 
+    # The model is offered GUIDELINE_MAX_CHARS; a reply past the hard limit is unusable
+    # output (retried), never a stored guideline.
     text: str = Field(
         description="One short, general, imperative grading rule.",
+        max_length=MAX_GUIDELINE_CHARS,
         json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS},
     )
     source_ids: list[str] = Field(description="Ids of the feedback it comes from.")
@@ -53,13 +57,17 @@ def reflection_schema(batch_ids: Sequence[str]) -> type[Reflection]:
 class Rederived(BaseModel):
     """A guideline restated from its remaining sources; empty if none support it."""
 
-    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
+    text: str = Field(
+        max_length=MAX_GUIDELINE_CHARS, json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS}
+    )
 
 
 class MergedGuideline(BaseModel):
     """A consolidated guideline and the ids of the guidelines it replaces."""
 
-    text: str = Field(json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
+    text: str = Field(
+        max_length=MAX_GUIDELINE_CHARS, json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS}
+    )
     merged_from: list[str]
 
 

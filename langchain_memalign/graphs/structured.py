@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.rate_limiters import BaseRateLimiter
@@ -23,6 +24,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
+from langchain_memalign import limits
 from langchain_memalign._text import extract_json, truncate
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.reports import Usage
@@ -76,8 +78,12 @@ class StructuredCaller(Generic[T]):
         retries: int = 2,
         check: Callable[[T], None] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
+        budgeted: bool = True,
     ) -> None:
         self.schema = schema
+        # Alignment prompts (reflection, re-derivation, narrowing, consolidation) are
+        # kept within `limits.PROMPT_TOKEN_BUDGET`; a judgment shows its case whole.
+        self.budgeted = budgeted
         self.rate_limiter = rate_limiter
         self.what = what
         self.retries = retries
@@ -111,7 +117,7 @@ class StructuredCaller(Generic[T]):
                 self._runnable = model
 
     def _prepare(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        msgs = list(messages)
+        msgs = limits.fit_prompt(list(messages)) if self.budgeted else list(messages)
         if self._mode == "text":
             schema = json.dumps(self.schema.model_json_schema())
             msgs.append(
@@ -159,6 +165,18 @@ class StructuredCaller(Generic[T]):
                 error = _short(e)
         return None, raw, error or "the reply did not contain the expected fields"
 
+    @staticmethod
+    def _parser_failure(e: OutputParserException) -> tuple[None, AIMessage | None, str]:
+        """A model's own structured output that raised instead of reporting the failure.
+
+        Some `with_structured_output` implementations raise `OutputParserException`
+        even with `include_raw=True`: it is unusable output like any other, so it is
+        retried with the error and ends as `MalformedOutputError`.
+        """
+        text = e.llm_output if isinstance(e.llm_output, str) else None
+        raw = AIMessage(content=text) if text else None
+        return None, raw, f"the model's structured output could not be parsed ({e})"
+
     def _checked(
         self, parsed: T, raw: AIMessage | None
     ) -> tuple[T | None, AIMessage | None, str | None]:
@@ -202,8 +220,12 @@ class StructuredCaller(Generic[T]):
         for _ in range(self.retries + 1):
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(blocking=True)
-            result = self._runnable.invoke(msgs, config)
-            parsed, raw, error = self._parse(result)
+            try:
+                result = self._runnable.invoke(msgs, config)
+            except OutputParserException as e:
+                parsed, raw, error = self._parser_failure(e)
+            else:
+                parsed, raw, error = self._parse(result)
             usage = usage + _usage_of(raw)
             if parsed is not None:
                 return parsed, usage
@@ -222,8 +244,12 @@ class StructuredCaller(Generic[T]):
         for _ in range(self.retries + 1):
             if self.rate_limiter is not None:
                 await self.rate_limiter.aacquire(blocking=True)
-            result = await self._runnable.ainvoke(msgs, config)
-            parsed, raw, error = self._parse(result)
+            try:
+                result = await self._runnable.ainvoke(msgs, config)
+            except OutputParserException as e:
+                parsed, raw, error = self._parser_failure(e)
+            else:
+                parsed, raw, error = self._parse(result)
             usage = usage + _usage_of(raw)
             if parsed is not None:
                 return parsed, usage

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from langchain_memalign import limits
 from langchain_memalign.errors import InvalidFeedbackError, MemoryFormatError
 from langchain_memalign.feedback import Feedback, storable_problem
 
@@ -107,6 +108,7 @@ def encode_feedback(fb: Feedback) -> str:
     changing the feedback) and SQLite stores text as UTF-8 (a lone surrogate
     cannot be encoded), so both are refused here, before anything is written.
     """
+    limits.check_feedback(fb)  # LimitExceededError: nothing is written
     try:
         problem = storable_problem(fb.model_dump())
         if problem:
@@ -154,6 +156,12 @@ class StoreBase:
         self._tx_before: dict[int, str] | None = None
         # (change_seq, {rowid: payload before that commit}) for recent commits, oldest first.
         self._versions: list[tuple[int, dict[int, str]]] = []
+        # Set while `atomic` holds one SQLite transaction open for several steps.
+        self._atomic_depth = 0
+        # The highest version number this process gave out: a rolled-back `atomic`
+        # unit must not let a later commit reuse the numbers of its steps, which
+        # readers may still hold.
+        self._seq_floor = 0
         try:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA secure_delete=ON")
@@ -235,8 +243,14 @@ class StoreBase:
         same commit, so the index cache can tell which content it describes.
         """
         with self.lock:
+            # Inside `atomic`, a step is a savepoint of the one open transaction:
+            # it "commits" for the readers of this process, and the whole unit
+            # reaches the file (or is rolled back) at once.
+            nested = self._atomic_depth > 0
+            begin, commit = ("SAVEPOINT step", "RELEASE step") if nested else (
+                "BEGIN IMMEDIATE", "COMMIT")  # fmt: skip
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(begin)
             except sqlite3.ProgrammingError:
                 raise
             except (sqlite3.DatabaseError, ValueError) as e:
@@ -244,14 +258,19 @@ class StoreBase:
             self._tx_before = {}
             try:
                 yield self._conn
-                seq = self.change_seq() + 1
+                seq = max(self.change_seq(), self._seq_floor) + 1
                 self.set_meta("change_seq", seq)
                 self.set_meta("content_version", uuid.uuid4().hex)
-                self._conn.execute("COMMIT")
+                self._conn.execute(commit)
+                self._seq_floor = seq
             except BaseException as e:
                 # SQLite may have rolled back already (a full disk, a corrupt page).
                 with contextlib.suppress(sqlite3.Error):
-                    self._conn.execute("ROLLBACK")
+                    if nested:
+                        self._conn.execute("ROLLBACK TO step")
+                        self._conn.execute("RELEASE step")
+                    else:
+                        self._conn.execute("ROLLBACK")
                 self._tx_before = None
                 # UnicodeDecodeError: text of a corrupt page read during the write.
                 if isinstance(e, sqlite3.DatabaseError | UnicodeDecodeError) and not isinstance(
@@ -269,6 +288,77 @@ class StoreBase:
             if self.folder is not None:
                 with contextlib.suppress(OSError):
                     (self.folder / INDEX_FILE).unlink(missing_ok=True)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One all-or-nothing unit over several `transaction` steps (one align or unalign).
+
+        The steps commit as savepoints of one SQLite transaction: readers in
+        this process see each step as it completes (they read through this
+        connection), the file gets the whole unit at once, and an exception
+        rolls every step back. A process killed meanwhile leaves a hot journal
+        that SQLite rolls back on the next open. The caller serializes writers
+        (the memory's write lock); the store lock is held only while SQL runs,
+        so judgments keep reading during the unit's model calls. Nested units
+        join the outer one.
+        """
+        start = 0
+        with self.lock:
+            if self._atomic_depth:
+                self._atomic_depth += 1
+                outer = False
+            else:
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.ProgrammingError:
+                    raise
+                except (sqlite3.DatabaseError, ValueError) as e:
+                    raise MemoryFormatError(
+                        f"{self._where()}: cannot write the memory ({e})"
+                    ) from e
+                self._atomic_depth = 1
+                outer = True
+                start = self.change_seq()
+        try:
+            yield
+        except BaseException:
+            with self.lock:
+                self._atomic_depth -= 1
+                if outer:
+                    self._roll_back_unit(start)
+            raise
+        with self.lock:
+            self._atomic_depth -= 1
+            if not outer:
+                return
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._roll_back_unit(start)
+                if isinstance(e, sqlite3.ProgrammingError):
+                    raise
+                raise MemoryFormatError(
+                    f"{self._where()}: cannot write the memory ({e}); nothing was changed"
+                ) from e
+
+    def _roll_back_unit(self, start: int) -> None:
+        """Undo an `atomic` unit: its rows and the before-images of its steps."""
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.execute("ROLLBACK")
+        self._versions = [(seq, b) for seq, b in self._versions if seq <= start]
+        if self._seq_floor > start:
+            # The unit's version numbers are void, not missing: an empty entry keeps
+            # the kept images contiguous, so a reader of version `start` still gets
+            # its rows from the before-images of later commits (`episodes_by_rowid`).
+            self._versions.append((start + 1, {}))
+
+    @property
+    def in_atomic(self) -> bool:
+        """Whether an `atomic` unit is open."""
+        return self._atomic_depth > 0
+
+    #: A folder runs one align or unalign as one transaction (`atomic`).
+    supports_atomic = True
 
     def _remember(self, conn: sqlite3.Connection, where: str, args: list[Any]) -> None:
         """Keep the payloads of episodes a transaction is about to change (first write wins)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from langchain_memalign import limits
 from langchain_memalign.memory._store_base import StoreBase, _now, _vec_blob, _vector
 from langchain_memalign.memory.semantic import Guideline
 
@@ -54,7 +55,16 @@ class GuidelineTables(StoreBase):
     def put_guideline(
         conn: sqlite3.Connection, g: Guideline, vector: np.ndarray | None, position: int
     ) -> None:
-        """Insert or replace a guideline with its provenance."""
+        """Insert or replace a guideline with its provenance.
+
+        A text over `limits.MAX_GUIDELINE_CHARS` is refused (`ValueError`): every
+        path that makes guidelines checks it first, so this only guards the file.
+        """
+        if len(g.text) > limits.MAX_GUIDELINE_CHARS:
+            raise ValueError(
+                f"guideline {g.id} is {len(g.text):,} characters, over the limit of "
+                f"{limits.MAX_GUIDELINE_CHARS:,} (langchain_memalign.limits.MAX_GUIDELINE_CHARS)"
+            )
         conn.execute(
             "INSERT INTO guidelines(id, text, vector, created_at, position) VALUES(?, ?, ?, ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET text=excluded.text, "

@@ -409,6 +409,31 @@ class JudgeMemory:
             finally:
                 dest.close()
 
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Run one align or unalign as a single transaction: whole or not at all.
+
+        Holds the write lock. The steps inside commit as savepoints and are
+        published to judgments as they complete; if anything raises, every
+        step is rolled back and the in-process index and views are rebuilt
+        from the store, so the memory is exactly as before.
+        """
+        with self.write_lock:
+            if self.store.in_atomic or not self.store.supports_atomic:
+                # Joined by an enclosing unit; or a database store, whose steps
+                # commit one by one (each all-or-nothing; see docs/postgres.md).
+                yield
+                return
+            start = self._view.seq
+            try:
+                with self.store.atomic():
+                    yield
+            except BaseException:
+                self._views = OrderedDict((s, v) for s, v in self._views.items() if s <= start)
+                self.index = self._rebuild_index()
+                self._publish()
+                raise
+
     # -- embedding -------------------------------------------------------------------
 
     def case_text(self, inputs: Any, outputs: Any = None) -> str:

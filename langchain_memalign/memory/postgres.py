@@ -45,6 +45,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
+from langchain_memalign import limits
 from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._files import fsync, fsync_dir
@@ -525,6 +526,18 @@ class PostgresStore:
             raise RuntimeError("a memory write outside a transaction")
         return int(seq)
 
+    # Not yet on PostgreSQL: an align's steps (forget, merge, validation, consolidation)
+    # commit one by one, each all-or-nothing, and a failure leaves the steps before it
+    # committed. One transaction across the steps needs the pinned connection to follow
+    # the align graph's worker threads; see docs/postgres.md.
+    supports_atomic = False
+    in_atomic = False
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Run the steps of an align or unalign; each commits on its own (see `supports_atomic`)."""
+        yield
+
     @contextmanager
     def lock_writers(self) -> Iterator[None]:
         """Hold the judge's writer lock (a session advisory lock) for a whole align or unalign.
@@ -832,7 +845,12 @@ class PostgresStore:
     def put_guideline(
         self, conn: Any, g: Guideline, vector: np.ndarray | None, position: int
     ) -> None:
-        """Insert or replace a guideline with its provenance."""
+        """Insert or replace a guideline with its provenance (text within the size limit)."""
+        if len(g.text) > limits.MAX_GUIDELINE_CHARS:
+            raise ValueError(
+                f"guideline {g.id} is {len(g.text):,} characters, over the limit of "
+                f"{limits.MAX_GUIDELINE_CHARS:,} (langchain_memalign.limits.MAX_GUIDELINE_CHARS)"
+            )
         conn.execute(
             "INSERT INTO memalign_guidelines(judge, id, text, vector, created_at, position) "
             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (judge, id) DO UPDATE SET "

@@ -12,6 +12,7 @@ import langchain_memalign.langsmith
 from langchain_memalign import JudgeConfig, MemAlignJudge
 
 EXPECTED_ALL = [
+    "AlignFailedError",
     "AlignReport",
     "CritiqueState",
     "EmbeddingMismatchError",
@@ -21,6 +22,7 @@ EXPECTED_ALL = [
     "InvalidFeedbackError",
     "JudgeConfig",
     "JudgeResult",
+    "LimitExceededError",
     "MalformedOutputError",
     "MemAlignError",
     "MemAlignJudge",

@@ -12,6 +12,7 @@ from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER
 from fakes import HashEmbeddings
 
 from langchain_memalign import (
+    AlignFailedError,
     EmbeddingMismatchError,
     MemAlignJudge,
     MemoryFormatError,
@@ -119,8 +120,9 @@ def test_crash_inside_a_write_rolls_back(
         raise RuntimeError("power cut")
 
     monkeypatch.setattr(MemoryStore, "put_guideline", staticmethod(boom))
-    with pytest.raises(RuntimeError, match="power cut"):
+    with pytest.raises(AlignFailedError, match="power cut") as err:
         judge.align([HOURS])
+    assert isinstance(err.value.__cause__, RuntimeError)
     monkeypatch.undo()
     assert judge.feedback_ids == ["sweater"]
     assert judge.stats()["episodes"] == 1 and len(judge.memory.index) == 1

@@ -11,7 +11,7 @@ import pytest
 from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
 
-from langchain_memalign import MemAlignJudge
+from langchain_memalign import AlignFailedError, MemAlignJudge
 from langchain_memalign.memory.episodic import EpisodicIndex
 from langchain_memalign.memory.store import INDEX_FILE, MemoryStore
 
@@ -163,9 +163,10 @@ def test_memory_id_and_content_version(tmp_path: Path) -> None:
     b.close()
 
 
-def test_save_after_a_write_that_failed_past_its_commit_rebuilds_the_index(
+def test_a_write_that_failed_past_its_commit_is_rolled_back_and_the_index_rebuilt(
     make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An align is one transaction: failing after its store step undoes that step too."""
     judge = make_judge(path=tmp_path)
     judge.align([SWEATER])
 
@@ -173,23 +174,22 @@ def test_save_after_a_write_that_failed_past_its_commit_rebuilds_the_index(
         raise RuntimeError("index update failed after the commit")
 
     monkeypatch.setattr(EpisodicIndex, "add", outage)
-    with pytest.raises(RuntimeError, match="after the commit"):
+    with pytest.raises(AlignFailedError, match="after the commit"):
         judge.align([HOURS])
     monkeypatch.undo()
-    assert judge.stats()["episodes"] == 2 and len(judge.memory.index) == 1
+    assert judge.stats()["episodes"] == 1 and len(judge.memory.index) == 1
+    assert _index_matches_store(judge)
     judge.save(tmp_path)
-    assert len(judge.memory.index) == 2 and _index_matches_store(judge)
-    assert _retrieval_hits(judge, [SWEATER, HOURS]) == 2
+    assert _retrieval_hits(judge, [SWEATER]) == 1
     judge.close()
     loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     assert _index_matches_store(loaded)
-    # The next write heals the index too, without a save.
     monkeypatch.setattr(EpisodicIndex, "add", outage)
-    with pytest.raises(RuntimeError, match="after the commit"):
+    with pytest.raises(AlignFailedError, match="after the commit"):
         loaded.align([RUDE])
     monkeypatch.undo()
     loaded.align([OTHER[0]])
-    assert len(loaded.memory.index) == 4 and _index_matches_store(loaded)
+    assert len(loaded.memory.index) == 2 and _index_matches_store(loaded)
 
 
 def test_a_folder_from_before_cache_headers_opens_and_rebuilds(
