@@ -71,7 +71,11 @@ class AlignmentRun:
         """
         started = time.perf_counter()
         mem = self.memory
-        with mem.write_lock, _rolled_back_as_documented("align"), mem.atomic():
+        with (
+            mem.write_lock,
+            _rolled_back_as_documented("align", mem.store.supports_atomic),
+            mem.atomic(),
+        ):
             before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
             known = mem.store.feedback_state(fb.id for fb in items)
             added = [fb for fb in items if fb.id not in known]
@@ -137,7 +141,11 @@ class AlignmentRun:
         if not ids:
             return UnalignReport(seconds=time.perf_counter() - started)
         mem = self.memory
-        with mem.write_lock, _rolled_back_as_documented("unalign"), mem.atomic():
+        with (
+            mem.write_lock,
+            _rolled_back_as_documented("unalign", mem.store.supports_atomic),
+            mem.atomic(),
+        ):
             known = mem.store.feedback_state(ids)
             missing = [i for i in ids if i not in known]
             if missing:
@@ -154,7 +162,7 @@ class AlignmentRun:
 
 
 @contextmanager
-def _rolled_back_as_documented(operation: str) -> Iterator[None]:
+def _rolled_back_as_documented(operation: str, whole: bool = True) -> Iterator[None]:
     """Turn a raw error that ended a (rolled-back) run into `AlignFailedError`.
 
     The package's own errors pass unchanged; anything else (a provider's
@@ -167,7 +175,14 @@ def _rolled_back_as_documented(operation: str) -> Iterator[None]:
         raise
     except Exception as e:
         kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
+        # `whole`: the store ran the call as one transaction (a folder). A database
+        # store commits step by step, so only the failed step was rolled back.
+        outcome = (
+            "was rolled back; the memory is unchanged"
+            if whole
+            else "stopped; its failed step was rolled back, steps committed before it are kept"
+        )
         raise AlignFailedError(
-            f"{operation} failed and was rolled back; the memory is unchanged. Cause: {kind}: {e}",
+            f"{operation} failed and {outcome}. Cause: {kind}: {e}",
             operation=operation,
         ) from e

@@ -19,7 +19,12 @@ import pytest
 from conftest import HOURS, RUDE, SWEATER
 from fakes import HashEmbeddings
 
-from langchain_memalign import EmbeddingMismatchError, MemAlignJudge, MemoryFormatError
+from langchain_memalign import (
+    AlignFailedError,
+    EmbeddingMismatchError,
+    MemAlignJudge,
+    MemoryFormatError,
+)
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -272,8 +277,9 @@ def test_failed_align_leaves_no_partial_write(
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(type(judge.memory.store), "put_guideline", boom)
-    with pytest.raises(RuntimeError, match="disk on fire"):
+    with pytest.raises(AlignFailedError, match="disk on fire") as failed:
         judge.align([SWEATER, RUDE])
+    assert isinstance(failed.value.__cause__, RuntimeError)
     monkeypatch.undo()
     assert judge.memory.store.change_seq() == seq
     assert rows(db, "SELECT id FROM memalign_feedback") == [("hours",)]
