@@ -21,6 +21,33 @@ from langchain_memalign.memory._store_base import StoreBase, _now, _vec_blob, _v
 from langchain_memalign.memory.semantic import Guideline
 
 
+def guidelines_from_rows(
+    rows: Iterable[tuple[Any, ...]], sources: Iterable[tuple[str, str]]
+) -> tuple[list[Guideline], np.ndarray | None]:
+    """Guidelines from `(id, text, vector, created_at)` rows and `(guideline, feedback)` pairs.
+
+    The stored form is the same in the folder and the database backend, so both
+    read it here. Vectors come back only if every guideline has one.
+    """
+    rows = list(rows)
+    src: dict[str, list[str]] = {}
+    for gid, fid in sources:
+        src.setdefault(gid, []).append(fid)
+    guidelines = [
+        Guideline(
+            id=gid, text=text, source_ids=tuple(src.get(gid, ())),
+            created_at=datetime.fromisoformat(created),
+        )
+        for gid, text, _, created in rows
+    ]  # fmt: skip
+    if rows and all(r[2] is not None for r in rows):
+        vectors = [_vector(bytes(r[2])) for r in rows]  # bytes(): PostgreSQL gives memoryview
+        if len({v.shape[0] for v in vectors}) != 1:
+            raise ValueError("guideline vectors of different dimensions")
+        return guidelines, np.stack(vectors)
+    return guidelines, None
+
+
 class GuidelineTables(StoreBase):
     """Guideline and history rows of a memory database."""
 
@@ -32,24 +59,10 @@ class GuidelineTables(StoreBase):
             rows = self._conn.execute(
                 "SELECT id, text, vector, created_at FROM guidelines ORDER BY position, rowid"
             ).fetchall()
-            src: dict[str, list[str]] = {}
-            for gid, fid in self._conn.execute(
+            sources = self._conn.execute(
                 "SELECT guideline_id, feedback_id FROM guideline_sources ORDER BY rowid"
-            ):
-                src.setdefault(gid, []).append(fid)
-            guidelines = [
-                Guideline(
-                    id=gid, text=text, source_ids=tuple(src.get(gid, ())),
-                    created_at=datetime.fromisoformat(created),
-                )
-                for gid, text, _, created in rows
-            ]  # fmt: skip
-            if rows and all(r[2] is not None for r in rows):
-                vectors = [_vector(r[2]) for r in rows]
-                if len({v.shape[0] for v in vectors}) != 1:
-                    raise ValueError("guideline vectors of different dimensions")
-                return guidelines, np.stack(vectors)
-            return guidelines, None
+            ).fetchall()
+            return guidelines_from_rows(rows, sources)
 
     @staticmethod
     def put_guideline(

@@ -38,7 +38,6 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -60,6 +59,7 @@ from langchain_memalign.memory._store_base import (
     encode_feedback,
     remove_leftovers,
 )
+from langchain_memalign.memory._store_guidelines import guidelines_from_rows
 from langchain_memalign.memory.semantic import Guideline
 
 __all__ = [
@@ -822,25 +822,11 @@ class PostgresStore:
                 "SELECT id, text, vector, created_at FROM memalign_guidelines WHERE judge=%s "
                 "ORDER BY position, ord"
             )
-            src: dict[str, list[str]] = {}
-            for gid, fid in self._rows(
+            sources = self._rows(
                 "SELECT guideline_id, feedback_id FROM memalign_guideline_sources "
                 "WHERE judge=%s ORDER BY ord"
-            ):
-                src.setdefault(gid, []).append(fid)
-            guidelines = [
-                Guideline(
-                    id=gid, text=text, source_ids=tuple(src.get(gid, ())),
-                    created_at=datetime.fromisoformat(created),
-                )
-                for gid, text, _, created in rows
-            ]  # fmt: skip
-            if rows and all(r[2] is not None for r in rows):
-                vectors = [_vector(bytes(r[2])) for r in rows]
-                if len({v.shape[0] for v in vectors}) != 1:
-                    raise ValueError("guideline vectors of different dimensions")
-                return guidelines, np.stack(vectors)
-            return guidelines, None
+            )
+            return guidelines_from_rows(rows, sources)
 
     def put_guideline(
         self, conn: Any, g: Guideline, vector: np.ndarray | None, position: int
