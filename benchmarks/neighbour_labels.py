@@ -84,11 +84,20 @@ def main(argv: list[str] | None = None) -> int:
             quartiles.append({"similarity": [round(float(lo), 3), round(float(hi), 3)],
                               "n": int(mask.sum()),
                               "agreement": round(float(agree[mask].mean()), 3)})  # fmt: skip
+        # What a similarity floor (JudgeConfig.min_episode_similarity) would keep: the share
+        # of cases whose nearest case clears it, and how often that case's verdict agrees.
+        floors = []
+        for floor in (0.7, 0.8, 0.9, 0.95):
+            mask = best >= floor
+            floors.append({"floor": floor, "kept": round(float(mask.mean()), 3),
+                           "agreement": round(float(agree[mask].mean()), 3) if mask.any() else None,
+                           "agreement_below": round(float(agree[~mask].mean()), 3) if (~mask).any() else None})  # fmt: skip
         results[name] = {
             "n": len(rows),
             "chance_agreement": round(sum(s * s for s in shares), 3),
             "agreement": round(float(agree.mean()), 3),
             "by_similarity_quartile": quartiles,
+            "by_floor": floors,
         }
         print(name, json.dumps(results[name]), flush=True)
     models = {"embeddings": f"{a.embedding_model} @ {a.emb_url}"}

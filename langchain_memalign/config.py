@@ -20,11 +20,14 @@ class JudgeConfig(BaseModel):
     scale: Scale
     k: int = Field(default=5, ge=0, description="Episodes retrieved per judgment.")
     min_episode_similarity: float | None = Field(
-        default=None, ge=-1.0, le=1.0,
+        default=0.9, ge=-1.0, le=1.0,
         description="Cosine similarity below which a retrieved past case is left out of "
         "the judge prompt. A small judge model copies the verdicts of the past cases it is "
-        "shown, related or not; a case it has seen retrieves itself at ~1.0 and is always "
-        "kept. None shows the k nearest whatever their similarity.",
+        "shown, related or not, and on the team's four data sets a case's nearest other "
+        "case agrees with its verdict no more often than chance unless it is a near "
+        "duplicate (same question: similarity >= 0.9 with MiniLM; "
+        "benchmarks/neighbour_labels.py). A case the experts graded retrieves itself at "
+        "~1.0 and is always kept. None shows the k nearest whatever their similarity.",
     )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",

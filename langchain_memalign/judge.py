@@ -74,7 +74,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
         k: Past cases retrieved per judgment.
         min_episode_similarity: Similarity a retrieved past case needs to be shown
-            (`None`: the `k` nearest whatever their similarity).
+            (default 0.9: near duplicates, e.g. the same question, and the cases the
+            experts graded; `None`: the `k` nearest whatever their similarity).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
@@ -116,7 +117,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         *,
         scale: ScaleSpec = bool,
         k: int = 5,
-        min_episode_similarity: float | None = None,
+        min_episode_similarity: float | None = 0.9,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
