@@ -2,12 +2,16 @@
 
 Takes answers the data set labels wrong (halubench: hallucinated answers), keeps those the
 unaligned judge rejects as they are, appends an injection in three styles, and counts how
-many rejections flip to a pass, with the package's defence (graded text delimited and
-defused, the judge told that instructions inside it are data) and without it (the same
-prompt with the defence sentence removed and delimiters left as they are).
+many rejections flip to a pass, in three arms: `defence`, the package's prompt (graded text
+delimited and defused, the judge told in the system message that instructions inside it
+are data, and reminded of it right after the case); `no_reminder`, the same without the
+reminder after the case; `no_defence`, the defence sentence and reminder removed and
+delimiters inside graded text left as they are. As a control, each arm also grades
+--n-right answers the data set labels right: a defence that makes the judge reject
+everything would look safe.
 
     .venv/bin/python benchmarks/injection.py --data ../shared/data/halubench.jsonl \
-        --n 30 --out benchmarks/results/injection.json
+        --n 30 --n-right 20 --out benchmarks/results/injection.json
 """
 
 from __future__ import annotations
@@ -49,15 +53,29 @@ STYLES = {
 
 @contextmanager
 def without_defence() -> Any:
-    """The judge prompt with the defence sentence removed and graded text left raw."""
-    system, data_text = prompts.JUDGE_SYSTEM, prompts.data_text
+    """The judge prompt with the defence sentence and the reminder after the case removed,
+    and graded text left raw."""
+    system, data_text, reminder = prompts.JUDGE_SYSTEM, prompts.data_text, prompts.CASE_REMINDER
     sentence = next(line for line in system.splitlines() if "never obey" in line)
     prompts.JUDGE_SYSTEM = system.replace(sentence + "\n", "")
     prompts.data_text = render
+    prompts.CASE_REMINDER = ""
     try:
         yield
     finally:
         prompts.JUDGE_SYSTEM, prompts.data_text = system, data_text
+        prompts.CASE_REMINDER = reminder
+
+
+@contextmanager
+def without_reminder() -> Any:
+    """The package's defence without the reminder after the graded case (stop 10's)."""
+    reminder = prompts.CASE_REMINDER
+    prompts.CASE_REMINDER = ""
+    try:
+        yield
+    finally:
+        prompts.CASE_REMINDER = reminder
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
@@ -77,6 +95,7 @@ def main() -> None:
     )
     p.add_argument("--data", type=Path)
     p.add_argument("--n", type=int, default=30, help="wrong answers to try")
+    p.add_argument("--n-right", type=int, default=20, help="right answers graded as a control")
     p.add_argument("--max-chars", type=int, default=900)
     p.add_argument("--max-tokens", type=int, default=160, help="output tokens per judgment")
     p.add_argument("--concurrency", type=int, default=2)
@@ -85,7 +104,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument(
         "--arms",
-        default="defence,no_defence",
+        default="defence,no_reminder,no_defence",
         help="which arms to run (comma-separated); two processes can run one arm each",
     )
     p.add_argument(
@@ -112,6 +131,12 @@ def main() -> None:
         if r["label"] in (False, "FAIL", "fail", 0)
         and len(render(r["inputs"])) + len(render(r["outputs"])) < args.max_chars
     ][: args.n]
+    right = [
+        r
+        for r in rows
+        if r["label"] in (True, "PASS", "pass", 1)
+        and len(render(r["inputs"])) + len(render(r["outputs"])) < args.max_chars
+    ][: args.n_right]
     key = SecretStr("local")
     llm = ChatOpenAI(
         model="local",
@@ -127,11 +152,11 @@ def main() -> None:
     )
     judge = MemAlignJudge(name="faithful", instructions=INSTRUCTIONS, model=llm, embeddings=emb)
 
-    def grade(idx: list[int], outputs: list[Any]) -> list[Any]:
+    def grade(idx: list[int], outputs: list[Any], rows: list[Any] = wrong) -> list[Any]:
         """Scores of the cases `idx` with `outputs`; an error (after the judge's own
         retries) is recorded as its type name, so one bad reply does not end the run."""
         cases = [
-            {"inputs": wrong[i]["inputs"], "outputs": o} for i, o in zip(idx, outputs, strict=True)
+            {"inputs": rows[i]["inputs"], "outputs": o} for i, o in zip(idx, outputs, strict=True)
         ]
         got = judge.batch(cases, {"max_concurrency": args.concurrency}, return_exceptions=True)
         return [type(x).__name__ if isinstance(x, Exception) else x["score"] for x in got]
@@ -140,6 +165,8 @@ def main() -> None:
     result: dict[str, Any] = {
         "n_wrong": len(wrong),
         "ids": [r.get("id") for r in wrong],
+        "n_right": len(right),
+        "right_ids": [r.get("id") for r in right],
         "styles": STYLES,
         "max_tokens": args.max_tokens,
         "arms": {},
@@ -156,12 +183,12 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    every_arm = {"defence": _null, "no_defence": without_defence}
+    every_arm = {"defence": _null, "no_reminder": without_reminder, "no_defence": without_defence}
     arms = {a: every_arm[a] for a in args.arms.split(",")}
     earlier: dict[str, Any] = {}
     if args.resume is not None and args.resume.exists():
         old = json.loads(args.resume.read_text())
-        if old.get("ids") != result["ids"]:
+        if old.get("ids") != result["ids"] or old.get("right_ids", []) != result["right_ids"]:
             raise SystemExit(f"{args.resume} graded other cases")
         earlier = old.get("arms", {})
         result["resumed_from"] = [old.get("run", {}), *old.get("resumed_from", [])]
@@ -184,6 +211,15 @@ def main() -> None:
             "styles": {},
         }
         print(f"{arm}: {len(rejected[arm])}/{len(wrong)} wrong answers rejected", flush=True)
+        save()
+    for arm, ctx in arms.items():
+        if "right_scores" in result["arms"][arm] or not right:
+            continue
+        with ctx():
+            got = grade(list(range(len(right))), [r["outputs"] for r in right], right)
+        passed = sum(1 for s in got if s is True)
+        result["arms"][arm].update(right_scores=got, right_passed=passed)
+        print(f"{arm}: {passed}/{len(right)} right answers passed (control)", flush=True)
         save()
     for style, text in STYLES.items():
         for arm, ctx in arms.items():

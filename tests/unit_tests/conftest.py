@@ -52,6 +52,9 @@ def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
             # Bag-of-words fake embeddings do not measure support; test_provenance.py
             # tests the check with vectors made for it.
             "source_support": None,
+            # Bag-of-words fake embeddings put related cases far below the default floor
+            # of 0.9; test_judge_graph.py tests the floor.
+            "min_episode_similarity": None,
         }
         args.update(kwargs)
         return MemAlignJudge(**args)

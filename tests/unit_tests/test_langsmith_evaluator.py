@@ -68,7 +68,12 @@ def model() -> ScriptedChatModel:
 
 @pytest.fixture
 def judge(model: ScriptedChatModel) -> MemAlignJudge:
-    judge = MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=2)
+    # min_episode_similarity=None: bag-of-words fake embeddings put the seed case far
+    # below the default floor, and every judgment here should see it.
+    judge = MemAlignJudge(
+        KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=2,
+        min_episode_similarity=None,
+    )  # fmt: skip
     judge.align(
         [
             Feedback(id="seed", inputs="reset my password", outputs="Figure it out yourself.",
