@@ -28,9 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import FILES, load_jsonl
 from provenance import file_sha256, run_info
-from side_by_side import build_models
+from side_by_side import build_embeddings
 
 from langchain_memalign._text import render, truncate
+
+
+def _share(agree: Any, mask: Any) -> float | None:
+    """How often the verdicts agree among the cases `mask` keeps (None: it keeps none)."""
+    return round(float(agree[mask].mean()), 3) if mask.any() else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedding-model", default="minilm")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    a.chat_model, a.chat_url, a.judge_max_tokens, a.reflect_max_tokens = "unused", a.emb_url, 1, 1
-    _, _, emb = build_models(a)
+    emb = build_embeddings(a.emb_url, a.embedding_model)
 
     results, sums = {}, {}
     for name in [x for x in a.datasets.split(",") if x]:
@@ -90,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         for floor in (0.7, 0.8, 0.9, 0.95):
             mask = best >= floor
             floors.append({"floor": floor, "kept": round(float(mask.mean()), 3),
-                           "agreement": round(float(agree[mask].mean()), 3) if mask.any() else None,
-                           "agreement_below": round(float(agree[~mask].mean()), 3) if (~mask).any() else None})  # fmt: skip
+                           "agreement": _share(agree, mask),
+                           "agreement_below": _share(agree, ~mask)})  # fmt: skip
         results[name] = {
             "n": len(rows),
             "chance_agreement": round(sum(s * s for s in shares), 3),

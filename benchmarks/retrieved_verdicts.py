@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import FILES, load_jsonl
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from provenance import file_sha256, run_info
-from side_by_side import build_models
+from side_by_side import build_embeddings
 
 from langchain_memalign import MemAlignJudge
 
@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedding-model", default="minilm")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    a.chat_model, a.chat_url, a.judge_max_tokens, a.reflect_max_tokens = "unused", a.emb_url, 1, 1
-    _, _, emb = build_models(a)
+    emb = build_embeddings(a.emb_url, a.embedding_model)
 
     source = json.loads(a.result.read_text())
     name, protocol = source["dataset"], source["protocol"]

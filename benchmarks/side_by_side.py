@@ -78,13 +78,18 @@ def build_models(args: argparse.Namespace) -> tuple[BaseChatModel, BaseChatModel
     }  # fmt: skip
     judge_llm = ChatOpenAI(**common, max_tokens=args.judge_max_tokens)
     reflect_llm = ChatOpenAI(**common, max_tokens=args.reflect_max_tokens)
-    emb = OpenAIEmbeddings(
-        model=args.embedding_model,
-        openai_api_base=args.emb_url,
-        openai_api_key=key,
+    return judge_llm, reflect_llm, build_embeddings(args.emb_url, args.embedding_model)
+
+
+def build_embeddings(url: str, model: str) -> OpenAIEmbeddings:
+    """The local embedding server as a user would call it."""
+    return OpenAIEmbeddings(
+        model=model,
+        openai_api_base=url,
+        openai_api_key=SecretStr("local"),
+        # True would try to download a tokenizer (no internet here)
         check_embedding_ctx_length=False,
     )
-    return judge_llm, reflect_llm, emb
 
 
 # -- the static few-shot baseline --------------------------------------------------------------

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from fakes import HashEmbeddings
+from sigkill import run_and_kill
 
 from langchain_memalign import MemAlignJudge
 from langchain_memalign.memory.store import DB_FILE
@@ -62,14 +59,7 @@ def test_sigkill_during_folder_aligns_leaves_whole_calls_only(tmp_path: Path, mo
     rng = np.random.default_rng(1313)
     opened = 0
     for _ in range(KILLS):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read() if proc.stderr else ""
-        time.sleep(float(rng.uniform(0.3, 1.5)))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        run_and_kill(code, rng)
         if not (folder / DB_FILE).exists():
             continue
         judge = MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import HOURS, RUDE, fb
 from fakes import HashEmbeddings
+from sigkill import run_and_kill
 
 from langchain_memalign import MemAlignJudge
 from langchain_memalign.memory.store import DB_FILE, INDEX_FILE, MemoryStore
@@ -129,14 +126,7 @@ def test_sigkill_during_save_loop_leaves_an_openable_folder_and_no_removed_text(
     rng = np.random.default_rng(13)
     kills, opened = 0, 0
     for _ in range(KILLS):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == b"ready", proc.stderr.read() if proc.stderr else ""
-        time.sleep(float(rng.uniform(0.3, 1.5)))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        run_and_kill(code, rng)
         kills += 1
         if not (folder / DB_FILE).exists():
             continue
