@@ -486,7 +486,8 @@ class Bench:
 
     def run_mlflow(self, rf, seed: int, spec: DatasetSpec, pool, test, stages, workdir: Path):
         a = self.args
-        todo = [n for n in stages if not rf.has(seed, entry_key("mlflow", n))]
+        todo = [n for n in stages if not rf.has(seed, entry_key("mlflow", n))
+                and (a.mlflow_stages is None or n in a.mlflow_stages)]  # fmt: skip
         if not todo:
             return
         python, runner = Path(a.mlflow_python), Path(a.mlflow_runner)
@@ -627,7 +628,8 @@ class Bench:
                               (n == aligned[-1] and -1 in keep)]  # fmt: skip
                     calls[f"ours_no_{abl}"] += (len(judged) * t + sum(judged)) * orders
             if a.mlflow:
-                calls["mlflow"] += len(st) * t
+                ml_st = [n for n in st if a.mlflow_stages is None or n in a.mlflow_stages]
+                calls["mlflow"] += len(ml_st) * t
         total = sum(calls.values())
         hours = {f"{s}s": round(total * s / 3600, 1) for s in a.plan_seconds}
         return {"dataset": name, "judge_calls": dict(calls), "total_judge_calls": total,
@@ -769,6 +771,11 @@ def main(argv: list[str] | None = None) -> int:
         help="wall seconds per judge call to convert calls into hours (2 slots in use)",
     )
     ap.add_argument("--mlflow", action="store_true", help="also run MLflow 3.18's MemAlign")
+    ap.add_argument(
+        "--mlflow-stages", type=lambda t: [int(x) for x in t.split(",") if x], default=None,
+        help="judge MLflow only at these stages (default: every stage; e.g. 10 skips MLflow's "
+        "own unaligned judge at stage 0, measured apart from ours)",
+    )  # fmt: skip
     ap.add_argument(
         "--mlflow-venv",
         default=".venv-mlflow",
