@@ -334,7 +334,9 @@ class Bench:
         if scratch.exists():
             shutil.rmtree(scratch)
         shutil.copytree(snapshot, scratch)
-        return MemAlignJudge.load(scratch, self.judge_llm, self.emb, self.reflect_llm)
+        return MemAlignJudge.load(
+            scratch, self.judge_llm, self.emb, reflection_model=self.reflect_llm
+        )
 
     def evaluate(self, judge: Any, cases: list[Feedback], spec: DatasetSpec) -> dict[str, Any]:
         rep = evaluate_agreement(
