@@ -14,6 +14,7 @@ from langchain_memalign.errors import (
     MalformedOutputError,
     MemAlignError,
     MemoryFormatError,
+    MemoryUnavailableError,
     ReflectionError,
     UnknownFeedbackError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "MemAlignError",
     "MemAlignJudge",
     "MemoryFormatError",
+    "MemoryUnavailableError",
     "ReflectionError",
     "Scale",
     "SelfCritique",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -18,6 +19,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langchain_memalign.errors import (
     AlignFailedError,
     MemAlignError,
+    MemoryUnavailableError,
     ReflectionError,
     UnknownFeedbackError,
 )
@@ -71,9 +73,11 @@ class AlignmentRun:
         """
         started = time.perf_counter()
         mem = self.memory
+        # Outermost: a database memory that cannot take its writer lock fails the
+        # call like any later step does.
         with (
-            mem.write_lock,
             _rolled_back_as_documented("align", mem.store.supports_atomic),
+            mem.write_lock,
             mem.atomic(),
         ):
             before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
@@ -141,9 +145,11 @@ class AlignmentRun:
         if not ids:
             return UnalignReport(seconds=time.perf_counter() - started)
         mem = self.memory
+        # Outermost: a database memory that cannot take its writer lock fails the
+        # call like any later step does.
         with (
-            mem.write_lock,
             _rolled_back_as_documented("unalign", mem.store.supports_atomic),
+            mem.write_lock,
             mem.atomic(),
         ):
             known = mem.store.feedback_state(ids)
@@ -165,24 +171,33 @@ class AlignmentRun:
 def _rolled_back_as_documented(operation: str, whole: bool = True) -> Iterator[None]:
     """Turn a raw error that ended a (rolled-back) run into `AlignFailedError`.
 
-    The package's own errors pass unchanged; anything else (a provider's
-    connection error, a timeout, a bug) is named in the message and kept as
-    `__cause__`.
+    The package's own errors pass unchanged, except `MemoryUnavailableError`;
+    anything else (a provider's connection error, a timeout, a bug) is named in
+    the message and kept as `__cause__`.
     """
     try:
         yield
-    except MemAlignError:
-        raise
+    except MemAlignError as e:
+        # A database memory that lost its server is, for this call, like a provider
+        # failing: report it as the failed align/unalign, with what was kept.
+        if not isinstance(e, MemoryUnavailableError):
+            raise
+        _raise_align_failed(operation, whole, e)
     except Exception as e:
-        kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
-        # `whole`: the store ran the call as one transaction (a folder). A database
-        # store commits step by step, so only the failed step was rolled back.
-        outcome = (
-            "was rolled back; the memory is unchanged"
-            if whole
-            else "stopped; its failed step was rolled back, steps committed before it are kept"
-        )
-        raise AlignFailedError(
-            f"{operation} failed and {outcome}. Cause: {kind}: {e}",
-            operation=operation,
-        ) from e
+        _raise_align_failed(operation, whole, e)
+
+
+def _raise_align_failed(operation: str, whole: bool, e: BaseException) -> NoReturn:
+    """Raise `AlignFailedError` for `e`, saying what the failed run left in memory."""
+    kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
+    # `whole`: the store ran the call as one transaction (a folder). A database
+    # store commits step by step, so only the failed step was rolled back.
+    outcome = (
+        "was rolled back; the memory is unchanged"
+        if whole
+        else "stopped; its failed step was rolled back, steps committed before it are kept"
+    )
+    raise AlignFailedError(
+        f"{operation} failed and {outcome}. Cause: {kind}: {e}",
+        operation=operation,
+    ) from e

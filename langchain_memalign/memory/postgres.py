@@ -45,7 +45,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import numpy as np
 
 from langchain_memalign import limits
-from langchain_memalign.errors import MemoryFormatError
+from langchain_memalign.errors import MemoryFormatError, MemoryUnavailableError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory._store_base import (
@@ -81,7 +81,7 @@ INSTALL_HINT = "pip install 'langchain-memalign[postgres]'"
 _LOCK_CLASS = 0x4D41  # "MA"
 _DEFAULT_JUDGE = "default"
 # Parameters of a memory URL that are ours, not libpq's.
-_OUR_PARAMS = ("judge", "staleness", "pool_size")
+_OUR_PARAMS = ("judge", "staleness", "pool_size", "open_timeout")
 
 _PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS memalign_schema (
@@ -184,7 +184,8 @@ class PostgresTarget:
     `postgresql://user:pw@host:5432/db?judge=helpfulness&staleness=2` names
     the database, the judge inside it (default `default`), how many seconds
     a judgment may lag behind the newest commit (default 0: every judgment
-    sees every committed change) and the connection pool's size (default 8).
+    sees every committed change), the connection pool's size (default 8) and
+    how many seconds opening waits for the server (`open_timeout`, default 30).
     Every other parameter goes to libpq unchanged (`sslmode`, `host=/socket/dir` ...).
     """
 
@@ -192,6 +193,7 @@ class PostgresTarget:
     judge: str
     staleness: float = 0.0
     pool_size: int = 8
+    open_timeout: float = 30.0
 
     @classmethod
     def parse(cls, url: str) -> PostgresTarget:
@@ -204,14 +206,20 @@ class PostgresTarget:
         try:
             staleness = float(ours.get("staleness") or 0)
             pool_size = int(ours.get("pool_size") or 8)
+            open_timeout = float(ours.get("open_timeout") or 30)
         except ValueError as e:
             raise MemoryFormatError(f"{redact(url)}: bad memory URL parameter ({e})") from e
-        if not (0 <= staleness < 86_400) or not (1 <= pool_size <= 256):
+        if (
+            not (0 <= staleness < 86_400)
+            or not (1 <= pool_size <= 256)
+            or not (0 < open_timeout <= 3_600)
+        ):
             raise MemoryFormatError(
-                f"{redact(url)}: staleness must be in [0, 86400) seconds and pool_size in [1, 256]"
+                f"{redact(url)}: staleness must be in [0, 86400) seconds, pool_size in "
+                "[1, 256] and open_timeout in (0, 3600] seconds"
             )
         conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
-        return cls(conninfo, judge, staleness, pool_size)
+        return cls(conninfo, judge, staleness, pool_size, open_timeout)
 
     def describe(self) -> str:
         """The URL without its password, with the judge name (for messages)."""
@@ -328,7 +336,13 @@ class PostgresStore:
                 open=False,
                 name=f"memalign-{target.judge}",
             )
-            self._pool.open(wait=True, timeout=30)
+            self._pool.open(wait=True, timeout=target.open_timeout)
+        except psycopg_pool.PoolTimeout as e:
+            self._pool.close()
+            raise MemoryUnavailableError(
+                f"{target.describe()}: cannot reach PostgreSQL within {target.open_timeout:g} s "
+                f"(open_timeout); is the server running and the URL right? ({e})"
+            ) from e
         except Exception as e:
             raise MemoryFormatError(
                 f"{target.describe()}: cannot connect to PostgreSQL ({type(e).__name__}: {e})"
@@ -427,13 +441,35 @@ class PostgresStore:
     # -- connections -----------------------------------------------------------------
 
     @contextmanager
+    def _pooled(self) -> Iterator[Any]:
+        """A connection from the pool; a lost server becomes `MemoryUnavailableError`.
+
+        Only connection failures are translated (no SQLSTATE: the client lost the
+        socket or the pool timed out; class 08: connection exception; 57P: the
+        server shut down or ended the session). Errors of the SQL itself keep
+        their own handling.
+        """
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except self._psycopg.OperationalError as e:
+            state = getattr(e, "sqlstate", None)
+            if state is not None and not state.startswith(("08", "57P")):
+                raise
+            raise MemoryUnavailableError(
+                f"{self._where()}: lost the connection to PostgreSQL "
+                f"({type(e).__name__}: {str(e).strip()}); nothing of the failed call "
+                "was committed, and the next call reconnects"
+            ) from e
+
+    @contextmanager
     def _conn(self) -> Iterator[Any]:
         """The connection of this thread's running transaction, else one from the pool."""
         pinned = getattr(self._local, "conn", None)
         if pinned is not None:
             yield pinned
             return
-        with self._pool.connection() as conn:
+        with self._pooled() as conn:
             yield conn
 
     @contextmanager
@@ -471,7 +507,7 @@ class PostgresStore:
         if getattr(self._local, "conn", None) is not None:
             yield
             return
-        with self._pool.connection() as conn:
+        with self._pooled() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             self._local.conn = conn
             try:
@@ -491,7 +527,7 @@ class PostgresStore:
         pg = self._psycopg
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("nested memory transactions are not supported")
-        with self._pool.connection() as conn:
+        with self._pooled() as conn:
             self._local.conn = conn
             try:
                 conn.execute("BEGIN")
@@ -545,7 +581,7 @@ class PostgresStore:
         The lock lives on a connection of its own, so it is released even if
         the process dies (PostgreSQL drops a closed session's locks).
         """
-        with self._pool.connection() as conn:
+        with self._pooled() as conn:
             conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.judge))
             try:
                 yield

@@ -27,6 +27,7 @@ EXPECTED_ALL = [
     "MemAlignError",
     "MemAlignJudge",
     "MemoryFormatError",
+    "MemoryUnavailableError",
     "ReflectionError",
     "Scale",
     "SelfCritique",

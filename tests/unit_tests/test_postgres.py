@@ -8,6 +8,7 @@ judge name or its own database, so tests do not see each other's rows.
 from __future__ import annotations
 
 import multiprocessing
+import socket
 import sys
 import threading
 import uuid
@@ -24,6 +25,7 @@ from langchain_memalign import (
     EmbeddingMismatchError,
     MemAlignJudge,
     MemoryFormatError,
+    MemoryUnavailableError,
 )
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
@@ -287,6 +289,70 @@ def test_failed_align_leaves_no_partial_write(
     assert judge.feedback_ids == ["hours"]
     judge.align([SWEATER])  # and the memory keeps working
     assert judge.feedback_ids == ["hours", "sweater"]
+    judge.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_unreachable_server_is_memory_unavailable(make_judge: Any, model: Any) -> None:
+    url = f"postgresql://bob:s3cret@127.0.0.1:{_free_port()}/x?judge=a&open_timeout=0.5"
+    for opening in (
+        lambda: make_judge(path=url),
+        lambda: MemAlignJudge.load(url, model, HashEmbeddings()),
+    ):
+        with pytest.raises(MemoryUnavailableError, match="cannot reach PostgreSQL") as err:
+            opening()
+        assert isinstance(err.value, ConnectionError) and "s3cret" not in str(err.value)
+
+
+def _drop_connections(db: str) -> int:
+    """End every other session on the database, as a restart or an administrator would."""
+    got = rows(
+        db,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    return len(got)
+
+
+def test_dropped_connection_is_memory_unavailable_and_the_next_call_reconnects(
+    make_judge: Any, db: str
+) -> None:
+    judge = make_judge(path=judge_url(db), k=2)
+    judge.align([SWEATER, HOURS])
+    expected = judge.invoke(CASE)
+    assert _drop_connections(db) >= 1
+    # Each pooled connection the server ended fails once and is replaced: a judgment
+    # either raises MemoryUnavailableError or, on a fresh connection, succeeds.
+    outcomes = []
+    for _ in range(12):
+        try:
+            outcomes.append(judge.invoke(CASE))
+            break
+        except MemoryUnavailableError as e:
+            assert "lost the connection" in str(e)
+            outcomes.append(e)
+    assert isinstance(outcomes[0], MemoryUnavailableError)
+    assert outcomes[-1] == expected
+    # An align meeting a dropped connection fails as documented, nothing half-written.
+    seq = judge.memory.store.change_seq()
+    _drop_connections(db)
+    failures = 0
+    while True:
+        try:
+            judge.align([RUDE])
+            break
+        except AlignFailedError as e:
+            assert isinstance(e.__cause__, MemoryUnavailableError)
+            assert rows(db, "SELECT count(*) FROM memalign_feedback") == [(2,)]
+            failures += 1
+            assert failures < 12
+    assert failures >= 1 and judge.memory.store.change_seq() > seq
+    assert sorted(judge.feedback_ids) == ["hours", "rude", "sweater"]
     judge.close()
 
 
