@@ -262,6 +262,31 @@ def _psycopg() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
+def _connect_error(psycopg: Any, target: PostgresTarget) -> BaseException | None:
+    """The error of one direct connection attempt (None if it connects)."""
+    try:
+        # libpq's connect_timeout is whole seconds, at least 2.
+        timeout = max(2, min(10, int(target.open_timeout)))
+        psycopg.connect(target.conninfo, connect_timeout=timeout).close()
+    except psycopg.Error as e:
+        error: BaseException = e
+        return error
+    return None
+
+
+def _refused_by_server(error: BaseException | None) -> bool:
+    """Whether a failed connection attempt reached a server that refused this URL.
+
+    psycopg gives no SQLSTATE for errors while connecting, only libpq's text: a
+    server that answered writes "FATAL:" (no such database, authentication
+    failed), except while it starts up or shuts down ("the database system is
+    ..."), which is the server being unavailable, as a refused or timed-out
+    socket is.
+    """
+    text = str(error or "")
+    return "FATAL:" in text and "the database system is" not in text
+
+
 @dataclass
 class MemoryDump:
     """Every row of one memory, to copy it between backends (`save`)."""
@@ -339,9 +364,17 @@ class PostgresStore:
             self._pool.open(wait=True, timeout=target.open_timeout)
         except psycopg_pool.PoolTimeout as e:
             self._pool.close()
+            # The pool only logs why its connections failed: one direct attempt tells
+            # a server that refuses this URL (no such database, authentication) from
+            # one that cannot be reached.
+            why = _connect_error(psycopg, target)
+            if _refused_by_server(why):
+                raise MemoryFormatError(
+                    f"{target.describe()}: cannot connect to PostgreSQL ({why})"
+                ) from e
             raise MemoryUnavailableError(
                 f"{target.describe()}: cannot reach PostgreSQL within {target.open_timeout:g} s "
-                f"(open_timeout); is the server running and the URL right? ({e})"
+                f"(open_timeout) ({str(why).strip() if why else e})"
             ) from e
         except Exception as e:
             raise MemoryFormatError(

@@ -309,6 +309,12 @@ def test_unreachable_server_is_memory_unavailable(make_judge: Any, model: Any) -
         assert isinstance(err.value, ConnectionError) and "s3cret" not in str(err.value)
 
 
+def test_a_url_the_server_refuses_is_a_format_error(make_judge: Any, db: str) -> None:
+    missing = db.rsplit("/", 1)[0] + "/no_such_database?judge=a&open_timeout=0.5"
+    with pytest.raises(MemoryFormatError, match='database "no_such_database" does not exist'):
+        make_judge(path=missing)
+
+
 def _drop_connections(db: str) -> int:
     """End every other session on the database, as a restart or an administrator would."""
     got = rows(
