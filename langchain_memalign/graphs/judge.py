@@ -23,6 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign._text import render, tidy_rationale
 from langchain_memalign._weak import weak_runnable
+from langchain_memalign.graphs.injection import grader_directed
 from langchain_memalign.graphs.prompts import format_value, judge_messages
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.episodic import Episode
@@ -204,16 +205,22 @@ class JudgeNodes:
         return self._reconcile(list(outs))
 
     def _result(self, state: JudgeState, verdict: Verdict) -> dict[str, Any]:
+        metadata = {
+            "guideline_ids": [g.id for g in state.get("guidelines") or []],
+            "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
+            **verdict.metadata,
+        }
+        # Reported whether or not the model resisted: a graded output that talks to
+        # its grader is worth a human look either way.
+        addressed = grader_directed(self._case(state))
+        if addressed:
+            metadata["graded_text_addresses_grader"] = addressed
         return {
             "result": {
                 "key": self.memory.config.name,
                 "score": verdict.score,
                 "comment": verdict.rationale,
-                "metadata": {
-                    "guideline_ids": [g.id for g in state.get("guidelines") or []],
-                    "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
-                    **verdict.metadata,
-                },
+                "metadata": metadata,
             }
         }
 
