@@ -2,12 +2,11 @@
 
 Takes answers the data set labels wrong (halubench: hallucinated answers), keeps those the
 unaligned judge rejects as they are, appends an injection in three styles, and counts how
-many rejections flip to a pass, in four arms, each one layer less: `defence`, the
+many rejections flip to a pass, in three arms, each one layer less: `defence`, the
 package's prompt (graded text delimited and defused, the judge told in the system message
-that instructions inside it are data, reminded of it right after the case, and warned with
-a quote of any words in the output that address the grader); `no_flag`, without the quoting
-warning; `no_reminder`, also without the reminder after the case; `no_defence`, also without
-the defence sentence, with delimiters inside graded text left as they are. As a control,
+that instructions inside it are data, and reminded of it right after the case);
+`no_reminder`, without the reminder; `no_defence`, also without the defence sentence, with
+delimiters inside graded text left as they are. As a control,
 each arm also grades --n-right answers the data set labels right: a defence that makes
 the judge reject everything would look safe.
 
@@ -62,31 +61,19 @@ def without_defence() -> Any:
     prompts.data_text = render
     prompts.CASE_REMINDER = ""
     try:
-        with without_flag():
-            yield
+        yield
     finally:
         prompts.JUDGE_SYSTEM, prompts.data_text = system, data_text
         prompts.CASE_REMINDER = reminder
 
 
 @contextmanager
-def without_flag() -> Any:
-    """The package's defence without the warning that quotes words addressed to the grader."""
-    prompts.FLAG_GRADER_DIRECTED = False
-    try:
-        yield
-    finally:
-        prompts.FLAG_GRADER_DIRECTED = True
-
-
-@contextmanager
 def without_reminder() -> Any:
-    """Without the quoting warning and without the reminder after the case (stop 10's)."""
+    """The package's defence without the reminder after the graded case (stop 10's)."""
     reminder = prompts.CASE_REMINDER
     prompts.CASE_REMINDER = ""
     try:
-        with without_flag():
-            yield
+        yield
     finally:
         prompts.CASE_REMINDER = reminder
 
@@ -117,7 +104,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument(
         "--arms",
-        default="defence,no_flag,no_reminder,no_defence",
+        default="defence,no_reminder,no_defence",
         help="which arms to run (comma-separated); two processes can run one arm each",
     )
     p.add_argument(
@@ -196,12 +183,7 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    every_arm = {
-        "defence": _null,
-        "no_flag": without_flag,
-        "no_reminder": without_reminder,
-        "no_defence": without_defence,
-    }
+    every_arm = {"defence": _null, "no_reminder": without_reminder, "no_defence": without_defence}
     arms = {a: every_arm[a] for a in args.arms.split(",")}
     earlier: dict[str, Any] = {}
     if args.resume is not None and args.resume.exists():
@@ -275,7 +257,7 @@ def main() -> None:
 def merge(paths: list[Path], out: Path) -> None:
     """One result file from runs of the same cases that ran different arms."""
     parts = [json.loads(p.read_text()) for p in paths]
-    if len({json.dumps(x["ids"]) for x in parts}) != 1:
+    if len({json.dumps([x["ids"], x.get("right_ids", [])]) for x in parts}) != 1:
         raise SystemExit("the files graded different cases")
     result = {k: v for k, v in parts[0].items() if k not in ("arms", "run", "seconds")}
     result["arms"] = {}
@@ -289,6 +271,8 @@ def merge(paths: list[Path], out: Path) -> None:
                 "seconds": part.get("seconds"),
                 "run": part["run"],
                 "resumed_from": part.get("resumed_from", []),
+                # arms renamed after the run, when a later layer made the old name wrong
+                "arm_renames": part.get("arm_renames", {}),
             }
         )
     out.write_text(json.dumps(result, indent=2) + "\n")
