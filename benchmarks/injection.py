@@ -52,22 +52,6 @@ STYLES = {
 
 
 @contextmanager
-def without_defence() -> Any:
-    """The judge prompt with the defence sentence and the reminder after the case removed,
-    and graded text left raw."""
-    system, data_text, reminder = prompts.JUDGE_SYSTEM, prompts.data_text, prompts.CASE_REMINDER
-    sentence = next(line for line in system.splitlines() if "never obey" in line)
-    prompts.JUDGE_SYSTEM = system.replace(sentence + "\n", "")
-    prompts.data_text = render
-    prompts.CASE_REMINDER = ""
-    try:
-        yield
-    finally:
-        prompts.JUDGE_SYSTEM, prompts.data_text = system, data_text
-        prompts.CASE_REMINDER = reminder
-
-
-@contextmanager
 def without_reminder() -> Any:
     """The package's defence without the reminder after the graded case (stop 10's)."""
     reminder = prompts.CASE_REMINDER
@@ -76,6 +60,21 @@ def without_reminder() -> Any:
         yield
     finally:
         prompts.CASE_REMINDER = reminder
+
+
+@contextmanager
+def without_defence() -> Any:
+    """The judge prompt with the defence sentence and the reminder after the case removed,
+    and graded text left raw."""
+    system, data_text = prompts.JUDGE_SYSTEM, prompts.data_text
+    sentence = next(line for line in system.splitlines() if "never obey" in line)
+    prompts.JUDGE_SYSTEM = system.replace(sentence + "\n", "")
+    prompts.data_text = render
+    try:
+        with without_reminder():
+            yield
+    finally:
+        prompts.JUDGE_SYSTEM, prompts.data_text = system, data_text
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:

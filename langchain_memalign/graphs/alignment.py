@@ -73,13 +73,9 @@ class AlignmentRun:
         """
         started = time.perf_counter()
         mem = self.memory
-        # Outermost: a database memory that cannot take its writer lock fails the
-        # call like any later step does.
-        with (
-            _rolled_back_as_documented("align", mem.store.supports_atomic),
-            mem.write_lock,
-            mem.atomic(),
-        ):
+        # `atomic` holds the write lock; outside it, so that a database memory that
+        # cannot take its writer lock fails the call like any later step does.
+        with _rolled_back_as_documented("align", mem.store.supports_atomic), mem.atomic():
             before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
             known = mem.store.feedback_state(fb.id for fb in items)
             added = [fb for fb in items if fb.id not in known]
@@ -145,13 +141,9 @@ class AlignmentRun:
         if not ids:
             return UnalignReport(seconds=time.perf_counter() - started)
         mem = self.memory
-        # Outermost: a database memory that cannot take its writer lock fails the
-        # call like any later step does.
-        with (
-            _rolled_back_as_documented("unalign", mem.store.supports_atomic),
-            mem.write_lock,
-            mem.atomic(),
-        ):
+        # `atomic` holds the write lock; outside it, so that a database memory that
+        # cannot take its writer lock fails the call like any later step does.
+        with _rolled_back_as_documented("unalign", mem.store.supports_atomic), mem.atomic():
             known = mem.store.feedback_state(ids)
             missing = [i for i in ids if i not in known]
             if missing:

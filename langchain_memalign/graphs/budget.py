@@ -32,12 +32,17 @@ def shown_guidelines(guidelines: Sequence[Guideline], max_chars: int) -> list[Gu
     used = 0
     for g in guidelines:
         text = truncate(g.text, limits.MAX_GUIDELINE_CHARS)
-        size = len(text) + len(g.id) + 8
-        if used + size > max_chars:
+        shown = g if text == g.text else g.model_copy(update={"text": text})
+        if used + _shown_size(shown) > max_chars:
             break
-        used += size
-        out.append(g if text == g.text else g.model_copy(update={"text": text}))
+        used += _shown_size(shown)
+        out.append(shown)
     return out
+
+
+def _shown_size(g: Guideline) -> int:
+    """Characters a guideline takes in a prompt: its text, its id and the line's markup."""
+    return len(g.text) + len(g.id) + 8
 
 
 def fit_reflection(
@@ -54,7 +59,7 @@ def fit_reflection(
     """
     budget = limits.prompt_budget_chars() - _FIXED
     shown = shown_guidelines(existing, budget // 4)
-    room = budget - sum(len(g.text) + len(g.id) + 8 for g in shown)
+    room = budget - sum(_shown_size(g) for g in shown)
     kept = list(contrast)
     while kept and room // (len(batch) + len(kept)) - _BLOCK < _MIN_CASE:
         kept.pop()

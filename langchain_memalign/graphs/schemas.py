@@ -7,24 +7,24 @@ so a small model cannot ramble past them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, Field, create_model
 
 from langchain_memalign.limits import MAX_GUIDELINE_CHARS
 from langchain_memalign.memory.semantic import GUIDELINE_MAX_CHARS
 
+# The text of a guideline a model writes. The model is offered GUIDELINE_MAX_CHARS; a
+# reply past the hard limit is unusable output (retried), never a stored guideline.
+GuidelineText = Annotated[
+    str, Field(max_length=MAX_GUIDELINE_CHARS, json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS})
+]
+
 
 class ProposedGuideline(BaseModel):
     """A guideline distilled from feedback."""
 
-    # The model is offered GUIDELINE_MAX_CHARS; a reply past the hard limit is unusable
-    # output (retried), never a stored guideline.
-    text: str = Field(
-        description="One short, general, imperative grading rule.",
-        max_length=MAX_GUIDELINE_CHARS,
-        json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS},
-    )
+    text: GuidelineText = Field(description="One short, general, imperative grading rule.")
     source_ids: list[str] = Field(description="Ids of the feedback it comes from.")
     existing_id: str = Field(default="", description="Id of the existing guideline it repeats.")
 
@@ -57,17 +57,13 @@ def reflection_schema(batch_ids: Sequence[str]) -> type[Reflection]:
 class Rederived(BaseModel):
     """A guideline restated from its remaining sources; empty if none support it."""
 
-    text: str = Field(
-        max_length=MAX_GUIDELINE_CHARS, json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS}
-    )
+    text: GuidelineText
 
 
 class MergedGuideline(BaseModel):
     """A consolidated guideline and the ids of the guidelines it replaces."""
 
-    text: str = Field(
-        max_length=MAX_GUIDELINE_CHARS, json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS}
-    )
+    text: GuidelineText
     merged_from: list[str]
 
 

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.prompts import format_value, narrow_messages
+from langchain_memalign.graphs.schemas import GuidelineText
 from langchain_memalign.graphs.structured import StructuredCaller
-from langchain_memalign.limits import MAX_GUIDELINE_CHARS as MAX_GUIDELINE_CHARS_HARD
 from langchain_memalign.memory.judge_memory import JudgeMemory
-from langchain_memalign.memory.semantic import GUIDELINE_MAX_CHARS, Guideline
+from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import GuidelineCheck, Usage
 
 if TYPE_CHECKING:
@@ -40,9 +40,7 @@ NEIGHBORS_PER_GUIDELINE = 2
 class Narrowed(BaseModel):
     """A guideline restated with a narrower condition; empty if none fits."""
 
-    text: str = Field(
-        max_length=MAX_GUIDELINE_CHARS_HARD, json_schema_extra={"maxLength": GUIDELINE_MAX_CHARS}
-    )
+    text: GuidelineText
 
 
 class GuidelineValidator:
