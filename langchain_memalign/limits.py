@@ -89,6 +89,18 @@ def check_feedback(fb: Feedback) -> None:
             )
 
 
+def check_guideline_text(guideline_id: str, text: str) -> None:
+    """Raise `ValueError` if a guideline's text is over `MAX_GUIDELINE_CHARS`.
+
+    The stores' last guard: every path that makes guidelines bounds them first.
+    """
+    if len(text) > MAX_GUIDELINE_CHARS:
+        raise ValueError(
+            f"guideline {guideline_id} is {len(text):,} characters, over the limit of "
+            f"{MAX_GUIDELINE_CHARS:,} (langchain_memalign.limits.MAX_GUIDELINE_CHARS)"
+        )
+
+
 def prompt_budget_chars() -> int:
     """The prompt budget of alignment calls, in characters."""
     return PROMPT_TOKEN_BUDGET * CHARS_PER_TOKEN

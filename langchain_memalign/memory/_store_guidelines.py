@@ -73,11 +73,7 @@ class GuidelineTables(StoreBase):
         A text over `limits.MAX_GUIDELINE_CHARS` is refused (`ValueError`): every
         path that makes guidelines checks it first, so this only guards the file.
         """
-        if len(g.text) > limits.MAX_GUIDELINE_CHARS:
-            raise ValueError(
-                f"guideline {g.id} is {len(g.text):,} characters, over the limit of "
-                f"{limits.MAX_GUIDELINE_CHARS:,} (langchain_memalign.limits.MAX_GUIDELINE_CHARS)"
-            )
+        limits.check_guideline_text(g.id, g.text)
         conn.execute(
             "INSERT INTO guidelines(id, text, vector, created_at, position) VALUES(?, ?, ?, ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET text=excluded.text, "

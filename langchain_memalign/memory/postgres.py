@@ -901,11 +901,7 @@ class PostgresStore:
         self, conn: Any, g: Guideline, vector: np.ndarray | None, position: int
     ) -> None:
         """Insert or replace a guideline with its provenance (text within the size limit)."""
-        if len(g.text) > limits.MAX_GUIDELINE_CHARS:
-            raise ValueError(
-                f"guideline {g.id} is {len(g.text):,} characters, over the limit of "
-                f"{limits.MAX_GUIDELINE_CHARS:,} (langchain_memalign.limits.MAX_GUIDELINE_CHARS)"
-            )
+        limits.check_guideline_text(g.id, g.text)
         conn.execute(
             "INSERT INTO memalign_guidelines(judge, id, text, vector, created_at, position) "
             "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (judge, id) DO UPDATE SET "
