@@ -50,17 +50,25 @@ MEMORY_NOTE = (
     "where they differ from generic best practice, follow the experts.\n"
 )
 
+# Why the experts' own words: asked for "When <condition>, <rule>.", the local 1.5B model
+# put the condition on the reply ("When the reply does not open with an apology, ...") and
+# the judge then failed calm customers; asked to copy a rule the rationale states with its
+# condition, it wrote "Replies to upset customers must open with an apology.", the scope
+# the experts meant, and on feedbackqa general rules instead of one case's topic
+# (benchmarks/scenario.py, docs/benchmarks.md). The template invites copying: keep
+# examples out of it, the small model repeats them as rules.
 REFLECT_SYSTEM = """You help an LLM judge learn the unwritten grading rules of a team of experts.
 The judge's task: {task}
 {scale}
-Below, experts graded cases and explained why. Compare cases that got different scores: what separates them is the rule. Write the rules the experts apply that a generic judge would miss:
-- One sentence per guideline, in the form "When <condition on the case: which inputs it applies to>, <what the output must do, and the score if it does not>." The condition must leave out the cases the experts graded differently for that reason.
+Below, experts graded cases and explained why. Find the general rules their reasons state, behind each score they gave: what an output must do in a kind of situation, not facts about one case.
+- Where a reason states such a rule, copy it in the expert's words, keeping its condition (who or what it applies to); otherwise state the rule in general words, with the situation it applies to.
+- The condition must leave out the cases the experts graded differently for that reason. Where their reasons say in which situations it is not needed, write that as a rule of its own.
 - Rules, not case summaries: no names, products, numbers or quotes from one case.
-- Only rules that an expert rationale states or clearly implies.
+- Merge rules that say the same thing into one.
 - If an existing guideline already says it, return that guideline's text with its id in "existing_id".
-- "source_ids": only the ids of the feedback whose rationale states or supports the rule.
-- At most {max_new} guidelines; none if the rationales teach nothing new.
-Answer with JSON: {{"guidelines": [{{"text": "When ..., ...", "source_ids": ["<feedback id>"], "existing_id": ""}}]}}"""
+- "source_ids": only the ids of the feedback whose reason states or follows the rule.
+- At most {max_new} guidelines; none if the reasons state no rule.
+Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["<feedback id>"], "existing_id": ""}}]}}"""
 
 REDERIVE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
