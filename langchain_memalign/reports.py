@@ -44,7 +44,10 @@ class RejectedGuideline(BaseModel):
     """A guideline reflection proposed that was not stored, and why."""
 
     text: str
-    reason: str = Field(description="'restates a case' or 'no cited rationale supports it'.")
+    reason: str = Field(
+        description="'restates a case', 'no cited rationale supports it', 'names the topic "
+        "of one case (<id>), not a rule', or the guideline limit."
+    )
 
 
 class GuidelineCheck(BaseModel):

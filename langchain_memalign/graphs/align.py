@@ -40,7 +40,11 @@ from langchain_memalign.graphs.prompts import (
     consolidate_messages,
     reflect_messages,
 )
-from langchain_memalign.graphs.provenance import restates_case, supporting_sources
+from langchain_memalign.graphs.provenance import (
+    names_one_case,
+    restates_case,
+    supporting_sources,
+)
 from langchain_memalign.graphs.schemas import (
     Consolidation,
     Rederived,
@@ -226,12 +230,24 @@ class AlignNodes(ForgetStep):
                     proposal_vectors[text], p.source_ids, rationale_vectors, min_support
                 )
             )
-            if support:
-                supported.append(Proposal(text, support, p.existing_id))
-            else:
+            if not support:
                 rejected.append(
                     RejectedGuideline(text=text, reason="no cited rationale supports it")
                 )
+                continue
+            topic = (
+                None
+                if min_support is None
+                else names_one_case(self._nearest_cases(proposal_vectors[text], episode_vectors))
+            )
+            if topic is not None and topic in support:
+                rejected.append(
+                    RejectedGuideline(
+                        text=text, reason=f"names the topic of one case ({topic}), not a rule"
+                    )
+                )
+                continue
+            supported.append(Proposal(text, support, p.existing_id))
         plan = merge_proposals(mem.guidelines, supported)
         room = max(0, limits.MAX_GUIDELINES - len(mem.guidelines))
         for g in plan.added[room:]:
@@ -274,6 +290,21 @@ class AlignNodes(ForgetStep):
             "rejected": rejected,
             "new_guidelines": [g.id for g in plan.added],
         }
+
+    def _nearest_cases(
+        self, vector: np.ndarray, new: dict[str, np.ndarray], n: int = 2
+    ) -> list[tuple[str, float]]:
+        """(feedback id, cosine) of the `n` cases nearest `vector`, stored or being stored."""
+        mem = self.memory
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        q = q / (float(np.linalg.norm(q)) or 1.0)
+        hits = mem.index.search(q, n + len(new))
+        ids = mem.store.episodes_by_rowid([r for r, _ in hits])
+        scored = {ids[r].id: float(sim) for r, sim in hits if r in ids and ids[r].id not in new}
+        for fid, v in new.items():
+            u = np.asarray(v, dtype=np.float32).reshape(-1)
+            scored[fid] = float(u @ q) / (float(np.linalg.norm(u)) or 1.0)
+        return sorted(scored.items(), key=lambda x: -x[1])[:n]
 
     # -- validate -------------------------------------------------------------------------
 

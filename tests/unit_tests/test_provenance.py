@@ -7,7 +7,7 @@ from conftest import fb
 from fakes import RoleResponder, ScriptedChatModel
 from langchain_core.embeddings import Embeddings
 
-from langchain_memalign.graphs.provenance import restates_case, supporting_sources
+from langchain_memalign.graphs.provenance import names_one_case, restates_case, supporting_sources
 
 UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
            "The customer is angry and the reply does not open with an apology.")  # fmt: skip
@@ -26,6 +26,9 @@ def test_restates_case_catches_copied_runs_and_numbers() -> None:
     assert not restates_case("When the customer is upset, open with an apology.", [UPSET, CALM])
     # one-digit numbers are rule material ("a score of 1"), not case details
     assert not restates_case("Give a score of 1 to off-topic replies.", [fb("x", "1", "1", 1)])
+    # a rationale the prompt cut, copied whole
+    assert restates_case("Annotator 2 (Bad): This answer has noth...", [CALM])
+    assert not restates_case("Answers that trail off mid-sentence are Bad.", [CALM])
 
 
 def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:
@@ -41,11 +44,12 @@ def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> Non
 class TableEmbeddings(Embeddings):
     """Embeddings that map known texts to chosen vectors (anything else: a far vector)."""
 
-    def __init__(self, table: dict[str, list[float]]) -> None:
+    def __init__(self, table: dict[str, list[float]], default: list[float] | None = None) -> None:
         self.table = table
+        self.default = default or [0.0, 0.0, 1.0]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self.table.get(t, [0.0, 0.0, 1.0]) for t in texts]
+        return [self.table.get(t, self.default) for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]
@@ -122,3 +126,48 @@ def test_unalign_keeps_a_rule_the_remaining_feedback_supports(make_judge: Any) -
     assert report.guidelines_rederived == [g.id] and report.llm_calls == 0
     # the last source goes: nothing supports the rule any more
     assert judge.unalign(["upset2"]).guidelines_removed == [g.id] and judge.guidelines == []
+
+
+def test_names_one_case_tells_a_topic_from_a_rule() -> None:
+    # much closer to one case than to any other: that case's topic
+    assert names_one_case([("a", 0.33), ("b", 0.08), ("c", 0.05)]) == "a"
+    # equally close to several cases (a rule about a kind of case), or close to none
+    assert names_one_case([("a", 0.5), ("b", 0.45)]) is None
+    assert names_one_case([("a", 0.16), ("b", 0.08)]) is None
+    # one stored case: nothing to tell it from
+    assert names_one_case([("a", 0.9)]) is None
+
+
+def test_align_rejects_a_guideline_about_one_case_topic(make_judge: Any) -> None:
+    a = fb("a", "Can student workers get the grant?", "Only farm workers can.", False,
+           "Bad: the answer is about farm workers, the question about students.")  # fmt: skip
+    b = fb("b", "When do clinics open?", "At 8am on weekdays.", True, None)
+    c = fb("c", "Is the vaccine free?", "Yes, for residents.", True, None)
+    topic = "When the answer is about student workers, it is Bad."
+    rule = "When the answer does not address the question asked, it is Bad."
+    responder = RoleResponder()
+
+    def reflect(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {"guidelines": [{"text": t, "source_ids": ["a"], "existing_id": ""}
+                                   for t in (topic, rule)]}  # fmt: skip
+        return responder(messages)
+
+    table = {
+        str(a.inputs): [1.0, 0.0, 0.0, 0.0],
+        str(b.inputs): [0.0, 1.0, 0.0, 0.0],
+        str(c.inputs): [0.0, 0.0, 1.0, 0.0],
+        topic: list(unit(0.6, 0.05, 0.0, 0.8)),
+        rule: [0.0, 0.0, 0.0, 1.0],
+        str(a.rationale): list(unit(0.6, 0.0, 0.0, 0.8)),
+    }
+    judge = make_judge(
+        model=ScriptedChatModel(responder=reflect),
+        embeddings=TableEmbeddings(table, default=[0.0, 0.0, 0.0, 1.0]),
+        source_support=0.4,
+    )
+    report = judge.align([a, b, c])
+    assert [g.text for g in judge.guidelines] == [rule]
+    assert [(r.text, r.reason) for r in report.guidelines_rejected] == [
+        (topic, "names the topic of one case (a), not a rule")
+    ]
