@@ -134,7 +134,8 @@ def test_consolidation_prompts_stay_within_the_budget(
     monkeypatch.setattr(limits, "PROMPT_TOKEN_BUDGET", 1_000)
     judge = make_judge(guideline_token_budget=50)
     items = [
-        fb(f"f{i}", f"question {i}", f"answer {i}", bool(i % 2), f"Rule {i} " + "long " * 150)
+        # Rationales short enough to be shown whole: a copy of a cut one is rejected.
+        fb(f"f{i}", f"question {i}", f"answer {i}", bool(i % 2), f"Rule {i} keeps replies short.")
         for i in range(12)
     ]
     judge.align(items)
