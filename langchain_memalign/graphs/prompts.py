@@ -54,9 +54,10 @@ MEMORY_NOTE = (
 # put the condition on the reply ("When the reply does not open with an apology, ...") and
 # the judge then failed calm customers; asked to copy a rule the rationale states with its
 # condition, it wrote "Replies to upset customers must open with an apology.", the scope
-# the experts meant, and on feedbackqa general rules instead of one case's topic
-# (benchmarks/scenario.py, docs/benchmarks.md). The template invites copying: keep
-# examples out of it, the small model repeats them as rules.
+# the experts meant (benchmarks/scenario.py, docs/benchmarks.md). The cost: on crowd
+# rationales about one case (feedbackqa) it copies them whole, which the checks in
+# provenance.py reject (topic of one case, cut text). Keep examples out of this prompt:
+# the small model repeats them as rules.
 REFLECT_SYSTEM = """You help an LLM judge learn the unwritten grading rules of a team of experts.
 The judge's task: {task}
 {scale}

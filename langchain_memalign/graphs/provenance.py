@@ -71,6 +71,9 @@ def names_one_case(nearest: Sequence[tuple[str, float]]) -> str | None:
     against its source case's inputs and at most 0.08 against every other case;
     a general rule ("When the answer does not directly address the question
     asked, ...") scored 0.08 against its source and up to 0.16 against others.
+    On a second split, copied crowd rationales scored 0.46/0.15, 0.52/0.18 and
+    0.62/0.38 (best/next), and support-apology's "Replies to upset customers must
+    open with an apology." 0.32/0.30 (a kind of case, several close).
     With fewer than two stored cases nothing can be told apart: None.
     """
     if len(nearest) < 2:
