@@ -53,13 +53,18 @@ def _render_message(m: Any) -> str:
     return f"{role}: {render(content)}"
 
 
+# What `truncate` appends where it cut: the model is told text is missing, and a guideline
+# that ends in it copied a cut text (graphs/provenance.py).
+CUT_MARK = "..."
+
+
 def truncate(text: str, max_chars: int) -> str:
     """Cut `text` to `max_chars`, marking the cut so the model knows text is missing."""
     if max_chars <= 0 or len(text) <= max_chars:
         return text
-    if max_chars <= 3:
+    if max_chars <= len(CUT_MARK):
         return text[:max_chars]
-    return text[: max_chars - 3].rstrip() + "..."
+    return text[: max_chars - len(CUT_MARK)].rstrip() + CUT_MARK
 
 
 def estimate_tokens(text: str) -> int:

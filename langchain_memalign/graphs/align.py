@@ -52,6 +52,7 @@ from langchain_memalign.graphs.schemas import (
 )
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.graphs.validate import GuidelineValidator
+from langchain_memalign.memory.episodic import as_matrix
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import (
     Guideline,
@@ -296,14 +297,13 @@ class AlignNodes(ForgetStep):
     ) -> list[tuple[str, float]]:
         """(feedback id, cosine) of the `n` cases nearest `vector`, stored or being stored."""
         mem = self.memory
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        q = q / (float(np.linalg.norm(q)) or 1.0)
+        # The index's own normalization, so cases being stored score as stored ones do.
+        q = as_matrix(vector)[0]
         hits = mem.index.search(q, n + len(new))
         ids = mem.store.episodes_by_rowid([r for r, _ in hits])
         scored = {ids[r].id: float(sim) for r, sim in hits if r in ids and ids[r].id not in new}
         for fid, v in new.items():
-            u = np.asarray(v, dtype=np.float32).reshape(-1)
-            scored[fid] = float(u @ q) / (float(np.linalg.norm(u)) or 1.0)
+            scored[fid] = float(as_matrix(v)[0] @ q)
         return sorted(scored.items(), key=lambda x: -x[1])[:n]
 
     # -- validate -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from langchain_memalign._text import render
+from langchain_memalign._text import CUT_MARK, render
 from langchain_memalign.feedback import Feedback
 
 # A cited source is kept when it is at least this close to the best-supporting one, so
@@ -42,7 +42,7 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
     own words, the local 1.5B model copied a cut rationale whole ("Annotator 2 (Bad):
     This answer has noth...").
     """
-    if text.rstrip().endswith(("...", "\u2026")):
+    if text.rstrip().endswith((CUT_MARK, "\u2026")):
         return True
     words = _words(text)
     # Multi-character numbers only: "a score of 1" is a rule, "$40" or "May 3rd" a case.
