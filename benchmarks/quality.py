@@ -87,7 +87,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "provenance": {"source_support": None},
     "contrast": {"reflect_contrast": 0},
     "turns": {"judge_prompt": "plain"},
-    "pairwise_orders": {"pairwise_both_orders": False},
+    "pairwise_orders": {"pairwise_mode": "one_order"},
 }
 # Ablations that change how an empty-memory judge judges (so they are measured at stage 0).
 STAGE0_ABLATIONS = {"pairwise_orders"}
@@ -319,7 +319,7 @@ class Bench:
         return {
             "k": a.k, "episode_max_chars": a.episode_max_chars,
             "embed_max_chars": a.embed_max_chars, "reflect_batch_size": a.reflect_batch_size,
-            "reuse_expert_verdicts": False, **(extra or {}),
+            "reuse_expert_verdicts": False, **a.judge_options, **(extra or {}),
         }  # fmt: skip
 
     def new_judge(self, spec: DatasetSpec, extra: dict[str, Any]) -> MemAlignJudge:
@@ -666,9 +666,11 @@ class Bench:
             "note": spec.note,
             "pool_size": len(data) if data is not None else len(fixed[0]) + len(fixed[1]),
         }
-        out = Path(a.out_dir) / f"quality_{name}.json"
+        tag = f"_{a.tag}" if a.tag else ""
+        header["judge_options"] = a.judge_options
+        out = Path(a.out_dir) / f"quality_{name}{tag}.json"
         rf = ResultFile(out, header)
-        workdir = Path(a.out_dir) / "work" / name
+        workdir = Path(a.out_dir) / "work" / f"{name}{tag}"
         systems = [s for s in a.systems.split(",") if s]
         for seed in [int(s) for s in a.seeds.split(",") if s.strip()]:
             if fixed is not None:
@@ -753,6 +755,15 @@ def main(argv: list[str] | None = None) -> int:
         default=6000,
         help="examples in the few-shot prompt (the server has 4,096 tokens a slot)",
     )
+    ap.add_argument(
+        "--judge-options", type=json.loads, default={},
+        help='JSON options for every MemAlignJudge of the run (unaligned, ours and its '
+        'ablations), e.g. \'{"pairwise_mode": "separate"}\'; use with --tag',
+    )  # fmt: skip
+    ap.add_argument(
+        "--tag", default="",
+        help="suffix of the result file and work folder (quality_<dataset>_<tag>.json)",
+    )  # fmt: skip
     ap.add_argument("--judge-max-tokens", type=int, default=400)
     ap.add_argument("--reflect-max-tokens", type=int, default=768)
     ap.add_argument("--max-concurrency", type=int, default=2)

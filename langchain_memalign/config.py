@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langchain_memalign.scale import Scale
 
@@ -96,11 +96,24 @@ class JudgeConfig(BaseModel):
         "a memory block before the case, and the judge names the guidelines whose condition "
         "the case meets before scoring; 'plain': the same block, a short rationale.",
     )
-    pairwise_both_orders: bool = Field(
-        default=True,
-        description="Pairwise scales: judge both orders of the two outputs and reconcile "
-        "(disagreement is a tie), which cancels position bias at twice the calls.",
+    pairwise_mode: Literal["both_orders", "one_order", "separate"] = Field(
+        default="both_orders",
+        description="Pairwise scales, how the two outputs are compared. 'both_orders': judge "
+        "them as given and swapped and reconcile (disagreement is a tie), which cancels "
+        "position bias at twice the calls; 'one_order': one call, as given; 'separate': "
+        "rate each output alone from 1 to 10 and compare the ratings (equal is a tie), so "
+        "no output is ever shown first.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_pairwise_flag(cls, data: Any) -> Any:
+        # Memories saved before `pairwise_mode` stored `pairwise_both_orders: bool`.
+        if isinstance(data, dict) and "pairwise_both_orders" in data:
+            data = dict(data)
+            both = data.pop("pairwise_both_orders")
+            data.setdefault("pairwise_mode", "both_orders" if both else "one_order")
+        return data
 
     @field_validator("scale", mode="before")
     @classmethod

@@ -101,7 +101,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             reflection batch.
         judge_prompt: `"turns"` (default), `"checklist"` or `"plain"`
             (`JudgeConfig.judge_prompt`).
-        pairwise_both_orders: Judge pairwise cases in both orders and reconcile.
+        pairwise_mode: How a pairwise judge compares two outputs: `"both_orders"`
+            (default), `"one_order"` or `"separate"` (`JudgeConfig.pairwise_mode`).
 
     See `JudgeConfig` for each option. Everything after `embeddings` is
     keyword-only. A judge is a context manager: `with MemAlignJudge(...) as
@@ -135,7 +136,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         validate_max_calls: int = 16,
         reflect_contrast: int = 4,
         judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
-        pairwise_both_orders: bool = True,
+        pairwise_mode: Literal["both_orders", "one_order", "separate"] = "both_orders",
     ) -> None:
         config = JudgeConfig(
             name=name,
@@ -157,7 +158,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             validate_max_calls=validate_max_calls,
             reflect_contrast=reflect_contrast,
             judge_prompt=judge_prompt,
-            pairwise_both_orders=pairwise_both_orders,
+            pairwise_mode=pairwise_mode,
         )
         emb = resolve_embeddings(embeddings)
         self._setup(

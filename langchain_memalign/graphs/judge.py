@@ -24,7 +24,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langchain_memalign._text import render, tidy_rationale
 from langchain_memalign._weak import weak_runnable
 from langchain_memalign.graphs.injection import grader_directed
-from langchain_memalign.graphs.prompts import format_value, judge_messages
+from langchain_memalign.graphs.prompts import (
+    SEPARATE_SCALE,
+    format_value,
+    judge_messages,
+    separate_messages,
+)
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -43,6 +48,18 @@ class Verdict:
     rationale: str
     usage: Usage = field(default_factory=Usage)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def split_outputs(outputs: Any) -> list[Any] | None:
+    """The two compared outputs, first then second, or None when they cannot be told apart.
+
+    The same shapes as `swap_outputs`: a dict of exactly two keys, or a list/tuple of two.
+    """
+    if isinstance(outputs, dict) and len(outputs) == 2:
+        return list(outputs.values())
+    if isinstance(outputs, list | tuple) and len(outputs) == 2:
+        return list(outputs)
+    return None
 
 
 def swap_outputs(outputs: Any) -> Any | None:
@@ -91,6 +108,15 @@ class JudgeNodes:
             model,
             cfg.scale.verdict_schema(),
             what=f"judge {cfg.name!r}",
+            retries=cfg.max_retries,
+            rate_limiter=rate_limiter,
+            budgeted=False,
+        )
+        # Pairwise judges in `pairwise_mode="separate"` rate each output alone, 1-10.
+        self.rating = StructuredCaller(
+            model,
+            SEPARATE_SCALE.verdict_schema(),
+            what=f"judge {cfg.name!r} (one output of a pair)",
             retries=cfg.max_retries,
             rate_limiter=rate_limiter,
             budgeted=False,
@@ -145,15 +171,39 @@ class JudgeNodes:
             cfg.judge_prompt,
         )  # fmt: skip
 
-    def _orders(self, case: dict[str, Any]) -> list[dict[str, Any]]:
-        """The case, and for a pairwise judge the case with its outputs swapped."""
-        cfg = self.memory.config
-        if cfg.scale.kind != "pairwise" or not cfg.pairwise_both_orders:
-            return [case]
-        swapped = swap_outputs(case.get("outputs"))
-        return [case] if swapped is None else [case, {**case, "outputs": swapped}]
+    def _calls(
+        self, case: dict[str, Any], guidelines: list[Guideline], episodes: list[Episode]
+    ) -> tuple[str, list[tuple[StructuredCaller[Any], Any]]]:
+        """The model calls that grade a case: how they combine, and (caller, messages) each.
 
-    def _reconcile(self, outs: list[tuple[Any, Usage]]) -> Verdict:
+        One call, except for a pairwise case whose two outputs can be told apart: then
+        the case as given and swapped (`"both_orders"`), or each output alone
+        (`"separate"`), as `pairwise_mode` says.
+        """
+        cfg = self.memory.config
+        mode = cfg.pairwise_mode if cfg.scale.kind == "pairwise" else "one_order"
+        if mode == "separate":
+            pair = split_outputs(case.get("outputs"))
+            if pair is not None:
+                alone = [{**case, "outputs": output} for output in pair]
+                return mode, [
+                    (self.rating, separate_messages(
+                        cfg.instructions, c, guidelines, episodes, cfg.episode_max_chars
+                    ))
+                    for c in alone
+                ]  # fmt: skip
+        if mode == "both_orders":
+            swapped = swap_outputs(case.get("outputs"))
+            if swapped is not None:
+                return mode, [
+                    (self.verdict, self._messages(c, guidelines, episodes))
+                    for c in (case, {**case, "outputs": swapped})
+                ]
+        return "one_order", [(self.verdict, self._messages(case, guidelines, episodes))]
+
+    def _reconcile(self, mode: str, outs: list[tuple[Any, Usage]]) -> Verdict:
+        if mode == "separate":
+            return self._compare_ratings(outs)
         scale = self.memory.config.scale
         first, usage = outs[0]
         score = scale.validate_value(first.score)
@@ -174,6 +224,19 @@ class JudgeNodes:
             score = "tie"
         return Verdict(score, rationale, usage + usage2, meta)
 
+    @staticmethod
+    def _compare_ratings(outs: list[tuple[Any, Usage]]) -> Verdict:
+        """Each output rated alone: the higher rating wins, equal ratings are a tie."""
+        (first, usage), (second, usage2) = outs
+        ratings = [SEPARATE_SCALE.validate_value(v.score) for v in (first, second)]
+        score = "A" if ratings[0] > ratings[1] else "B" if ratings[1] > ratings[0] else "tie"
+        half = RATIONALE_MAX_CHARS // 2 - 30
+        rationale = " ".join(
+            f"{which} output, {rating}/10: {tidy_rationale(v.rationale, half)}"
+            for which, rating, v in zip(("First", "Second"), ratings, (first, second), strict=True)
+        )
+        return Verdict(score, rationale, usage + usage2, {"pairwise_ratings": ratings})
+
     def grade(
         self,
         case: dict[str, Any],
@@ -182,11 +245,8 @@ class JudgeNodes:
         config: RunnableConfig,
     ) -> Verdict:
         """Grade a case with the model and this working memory (never reuses a verdict)."""
-        outs = [
-            self.verdict.invoke(self._messages(c, guidelines, episodes), config)
-            for c in self._orders(case)
-        ]
-        return self._reconcile(outs)
+        mode, calls = self._calls(case, guidelines, episodes)
+        return self._reconcile(mode, [caller.invoke(msgs, config) for caller, msgs in calls])
 
     async def agrade(
         self,
@@ -195,14 +255,10 @@ class JudgeNodes:
         episodes: list[Episode],
         config: RunnableConfig,
     ) -> Verdict:
-        """Async twin of `grade`: both orders of a pairwise case run concurrently."""
-        outs = await asyncio.gather(
-            *(
-                self.verdict.ainvoke(self._messages(c, guidelines, episodes), config)
-                for c in self._orders(case)
-            )
-        )
-        return self._reconcile(list(outs))
+        """Async twin of `grade`: the calls of a pairwise case run concurrently."""
+        mode, calls = self._calls(case, guidelines, episodes)
+        outs = await asyncio.gather(*(caller.ainvoke(msgs, config) for caller, msgs in calls))
+        return self._reconcile(mode, list(outs))
 
     def _result(self, state: JudgeState, verdict: Verdict) -> dict[str, Any]:
         metadata = {

@@ -261,6 +261,57 @@ def _turns(
     return messages
 
 
+# A pairwise judge in `pairwise_mode="separate"` rates each output on this scale alone and
+# compares the ratings. Why: the local 1.5B model prefers whichever response it reads first
+# (with the outputs swapped it picked the first-shown one 40 times in 60), so judging both
+# orders turned nearly every case into a tie; an output rated alone has no position.
+SEPARATE_SCALE = Scale.of((1, 10))
+
+SEPARATE_TASK = (
+    "The instructions compare two responses; this case shows only one of them, and the other "
+    "is rated on its own in the same way. Rate how well this response does what the "
+    "instructions ask, as a whole number from 1 (worst) to 10 (best): the higher-rated "
+    "response wins, equal ratings are a tie."
+)
+
+SEPARATE_EPISODES = (
+    "<memory> holds similar comparisons the experts made, with their verdicts (A: the first "
+    "response was better, B: the second, tie: neither) and reasons: rate this response as "
+    "they would, for their reasons.\n"
+)
+
+
+def separate_messages(
+    instructions: str,
+    case: dict[str, Any],
+    guidelines: Sequence[Guideline],
+    episodes: Sequence[Episode],
+    episode_max_chars: int,
+) -> list[BaseMessage]:
+    """The prompt that rates one output of a pairwise case alone (`pairwise_mode="separate"`).
+
+    `case["outputs"]` is the one output. Guidelines sit in the system message as in the
+    `"turns"` layout; the past cases are whole comparisons with the experts' A/B/tie
+    verdicts, which cannot be an answer on this 1-10 scale, so they come as a `<memory>`
+    block before the case instead of as conversation turns.
+    """
+    note = ""
+    if guidelines:
+        note += TURNS_GUIDELINES.format(guidelines="\n".join(f"- {g.text}" for g in guidelines))
+    if episodes:
+        note += SEPARATE_EPISODES
+    system = JUDGE_SYSTEM.format(
+        scale=f"{SEPARATE_TASK}\n{SEPARATE_SCALE.describe()}", memory_note=note,
+        answer=ANSWER_PLAIN,
+    )  # fmt: skip
+    memory = memory_section((), episodes, episode_max_chars)
+    body = case_message(instructions, case)
+    return [
+        SystemMessage(content=system),
+        HumanMessage(content=f"{memory}\n\n{body}" if memory else body),
+    ]
+
+
 def case_message(instructions: str, case: dict[str, Any]) -> str:
     """The case being graded, delimited, followed by the reminder that it is data."""
     body = f"<case>\n{fill_instructions(instructions, case)}\n</case>"

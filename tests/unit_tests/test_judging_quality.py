@@ -10,8 +10,9 @@ from conftest import fb
 from fakes import RoleResponder, ScriptedChatModel
 
 from langchain_memalign._text import tidy_rationale
+from langchain_memalign.config import JudgeConfig
 from langchain_memalign.graphs.alignment import mixed_batches
-from langchain_memalign.graphs.judge import swap_outputs
+from langchain_memalign.graphs.judge import split_outputs, swap_outputs
 from langchain_memalign.graphs.prompts import judge_messages
 from langchain_memalign.scale import Scale
 
@@ -52,7 +53,7 @@ def test_pairwise_judges_both_orders(
     assert len(model.calls) == 2
     # turned off: one call, the model's first-order verdict
     model.calls.clear()
-    judge.memory.config.pairwise_both_orders = False
+    judge.memory.config.pairwise_mode = "one_order"
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
     assert len(model.calls) == 1 and "position_consistent" not in out["metadata"]
 
@@ -62,6 +63,101 @@ async def test_pairwise_both_orders_async(make_judge: Any) -> None:
     judge = make_judge(model=ScriptedChatModel(responder=responder), scale="pairwise")
     out = await judge.ainvoke({"inputs": "Q", "outputs": ["one", "two"]})
     assert out["value"] == "tie" and out["metadata"]["pairwise_orders"] == ["A", "B"]
+
+
+def rate_alone(case: str, memory: str) -> dict[str, Any]:
+    """A rater that sees one output: 8 for one that says "good", 3 otherwise, 5 if both."""
+    assert "response_1" not in case and "response_2" not in case  # the pair is never shown
+    assert "only one of them" in memory  # the separate-rating task is in the system message
+    good, bad = "good" in case, "bad" in case
+    return {"rationale": "Rated alone.", "score": 5 if good == bad else 8 if good else 3}
+
+
+@pytest.mark.parametrize(
+    ("outputs", "expected", "ratings"),
+    [
+        ({"response_1": "bad", "response_2": "good"}, "B", [3, 8]),
+        (["good", "bad"], "A", [8, 3]),
+        (("good and bad", "good and bad"), "tie", [5, 5]),
+    ],
+)
+def test_pairwise_separate_rates_each_output_alone(
+    make_judge: Any, outputs: Any, expected: str, ratings: list[int]
+) -> None:
+    model = ScriptedChatModel(responder=RoleResponder(judge_rule=rate_alone))
+    judge = make_judge(model=model, scale="pairwise", pairwise_mode="separate")
+    out = judge.invoke({"inputs": "Q", "outputs": outputs})
+    assert out["value"] == expected
+    assert out["metadata"]["pairwise_ratings"] == ratings
+    assert len(model.calls) == 2
+    assert out["comment"].startswith(f"First output, {ratings[0]}/10: Rated alone.")
+
+
+async def test_pairwise_separate_async_and_unsplittable_outputs(make_judge: Any) -> None:
+    responder = RoleResponder(judge_rule=rate_alone)
+    judge = make_judge(
+        model=ScriptedChatModel(responder=responder), scale="pairwise", pairwise_mode="separate"
+    )
+    out = await judge.ainvoke({"inputs": "Q", "outputs": {"x": "good", "y": "bad"}})
+    assert out["value"] == "A" and out["metadata"]["pairwise_ratings"] == [8, 3]
+    # One text holding both outputs cannot be split: judged once as a pair, as given.
+    seen: list[str] = []
+    responder.judge_rule = lambda case, memory: (
+        seen.append(case) or {"rationale": "x", "score": "B"}
+    )  # noqa: E501
+    out = await judge.ainvoke({"inputs": "Q", "outputs": "good vs bad"})
+    assert out["value"] == "B" and len(seen) == 1 and "pairwise_ratings" not in out["metadata"]
+
+
+def test_pairwise_separate_shows_past_comparisons_and_guidelines(make_judge: Any) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def rule(case: str, memory: str) -> dict[str, Any]:
+        seen.append((case, memory))
+        return {"rationale": "r", "score": 6}
+
+    model = ScriptedChatModel(responder=RoleResponder(judge_rule=rule))
+    judge = make_judge(model=model, scale="pairwise", pairwise_mode="separate")
+    past = fb("p1", "Shorten: the meeting", {"response_1": "short", "response_2": "long"}, "A",
+              "The shorter rewrite keeps the meaning.")  # fmt: skip
+    judge.align([past])
+    model.calls.clear()
+    seen.clear()
+    judge.invoke({"inputs": "Shorten: the meeting", "outputs": {"r1": "brief", "r2": "wordy"}})
+    assert len(seen) == 2
+    for _case, memory in seen:
+        # the past comparison is shown whole, with the expert's verdict and reason
+        assert "Expert score: A" in memory and "The shorter rewrite" in memory
+        assert "short" in memory and "long" in memory
+        assert "Rule: The shorter rewrite" in memory  # the guideline, in the system message
+    assert "brief" in seen[0][0] and "wordy" not in seen[0][0]
+    assert "wordy" in seen[1][0] and "brief" not in seen[1][0]
+
+
+def test_pairwise_separate_rating_out_of_range_is_retried(make_judge: Any) -> None:
+    answers = iter([11, 7, 2])
+    model = ScriptedChatModel(
+        responder=RoleResponder(
+            judge_rule=lambda case, memory: {"rationale": "r", "score": next(answers)}
+        )
+    )
+    judge = make_judge(model=model, scale="pairwise", pairwise_mode="separate")
+    out = judge.invoke({"inputs": "Q", "outputs": ["one", "two"]})
+    assert out["metadata"]["pairwise_ratings"] == [7, 2] and out["value"] == "A"
+    assert len(model.calls) == 3  # the 11 was refused and asked again
+
+
+def test_split_outputs_and_the_legacy_pairwise_flag() -> None:
+    assert split_outputs({"r1": "x", "r2": "y"}) == ["x", "y"]
+    assert split_outputs(("x", "y")) == ["x", "y"]
+    assert split_outputs("x") is None and split_outputs([1, 2, 3]) is None
+    # Memories saved before pairwise_mode stored a boolean; they reopen with its meaning.
+    base = {"name": "p", "instructions": "{outputs}", "scale": "pairwise"}
+    assert JudgeConfig(**base, pairwise_both_orders=False).pairwise_mode == "one_order"
+    assert JudgeConfig(**base, pairwise_both_orders=True).pairwise_mode == "both_orders"
+    assert JudgeConfig(**base).pairwise_mode == "both_orders"
+    with pytest.raises(ValueError, match="pairwise_mode"):
+        JudgeConfig(**base, pairwise_mode="sideways")
 
 
 def test_tidy_rationale() -> None:
