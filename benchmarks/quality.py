@@ -720,6 +720,16 @@ class Bench:
         return out
 
 
+def _option(text: str, ap: argparse.ArgumentParser) -> tuple[str, Any]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        ap.error(f"--judge-option {text!r}: expected NAME=VALUE")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
@@ -756,9 +766,10 @@ def main(argv: list[str] | None = None) -> int:
         help="examples in the few-shot prompt (the server has 4,096 tokens a slot)",
     )
     ap.add_argument(
-        "--judge-options", type=json.loads, default={},
-        help='JSON options for every MemAlignJudge of the run (unaligned, ours and its '
-        'ablations), e.g. \'{"pairwise_mode": "separate"}\'; use with --tag',
+        "--judge-option", action="append", default=[], metavar="NAME=VALUE",
+        help="an option for every MemAlignJudge of the run (unaligned, ours and its "
+        "ablations), e.g. pairwise_mode=separate (a JSON value, or else text); repeatable; "
+        "use with --tag",
     )  # fmt: skip
     ap.add_argument(
         "--tag", default="",
@@ -801,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proxy-port", type=int, default=8016)
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results" / "quality"))
     args = ap.parse_args(argv)
+    args.judge_options = dict(_option(o, ap) for o in args.judge_option)
     if args.mlflow_python is None:
         args.mlflow_python = str((ROOT / args.mlflow_venv / "bin" / "python").absolute())
     unknown = set(x for x in args.ablations.split(",") if x) - set(ABLATIONS)
