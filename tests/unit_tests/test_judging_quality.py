@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import fb
-from fakes import RoleResponder, ScriptedChatModel
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
+from langchain_memalign import MemAlignJudge
 from langchain_memalign._text import tidy_rationale
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.graphs.alignment import mixed_batches
 from langchain_memalign.graphs.judge import split_outputs, swap_outputs
 from langchain_memalign.graphs.prompts import judge_messages
+from langchain_memalign.memory.store import DB_FILE
 from langchain_memalign.scale import Scale
 
 
@@ -104,7 +109,7 @@ async def test_pairwise_separate_async_and_unsplittable_outputs(make_judge: Any)
     seen: list[str] = []
     responder.judge_rule = lambda case, memory: (
         seen.append(case) or {"rationale": "x", "score": "B"}
-    )  # noqa: E501
+    )
     out = await judge.ainvoke({"inputs": "Q", "outputs": "good vs bad"})
     assert out["value"] == "B" and len(seen) == 1 and "pairwise_ratings" not in out["metadata"]
 
@@ -158,6 +163,21 @@ def test_split_outputs_and_the_legacy_pairwise_flag() -> None:
     assert JudgeConfig(**base).pairwise_mode == "both_orders"
     with pytest.raises(ValueError, match="pairwise_mode"):
         JudgeConfig(**base, pairwise_mode="sideways")
+
+
+def test_a_memory_saved_with_the_old_pairwise_flag_reopens_with_its_meaning(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    make_judge(path=tmp_path, scale="pairwise").close()
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
+        config = json.loads(raw)
+        del config["pairwise_mode"]
+        config["pairwise_both_orders"] = False  # how memories stored it before pairwise_mode
+        conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(config),))
+    judge = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert judge.memory.config.pairwise_mode == "one_order"
+    judge.close()
 
 
 def test_tidy_rationale() -> None:
