@@ -29,6 +29,12 @@ class JudgeConfig(BaseModel):
         "benchmarks/neighbour_labels.py). A case the experts graded retrieves itself at "
         "~1.0 and is always kept. None shows the k nearest whatever their similarity.",
     )  # fmt: skip
+    min_episode_similarity_with_rationale: float | None = Field(
+        default=0.9, ge=-1.0, le=1.0,
+        description="The floor for past cases that carry the expert's rationale, which "
+        "say why the verdict was given (`min_episode_similarity` is the floor for the "
+        "others, bare verdicts). None shows them down to the k nearest.",
+    )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",
         description="What text of a case is embedded, at write and query time alike.",

@@ -76,6 +76,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         min_episode_similarity: Similarity a retrieved past case needs to be shown
             (default 0.9: near duplicates, e.g. the same question, and the cases the
             experts graded; `None`: the `k` nearest whatever their similarity).
+        min_episode_similarity_with_rationale: The same floor for past cases that
+            carry the expert's rationale (`JudgeConfig`).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
@@ -119,6 +121,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         scale: ScaleSpec = bool,
         k: int = 5,
         min_episode_similarity: float | None = 0.9,
+        min_episode_similarity_with_rationale: float | None = 0.9,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
@@ -144,6 +147,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             scale=Scale.of(scale),
             k=k,
             min_episode_similarity=min_episode_similarity,
+            min_episode_similarity_with_rationale=min_episode_similarity_with_rationale,
             embed=embed,
             guideline_token_budget=guideline_token_budget,
             episode_max_chars=episode_max_chars,

@@ -561,9 +561,6 @@ class JudgeMemory:
         if query_vector is None or k <= 0:
             return []
         hits = view.index.search(query_vector, k)
-        floor = self.config.min_episode_similarity
-        if floor is not None:
-            hits = [(i, score) for i, score in hits if score >= floor]
         # As of the view's version: an align or unalign committed since then
         # must not change or remove the episodes this view's index found.
         rows = self.store.episodes_by_rowid([i for i, _ in hits], as_of=view.seq)
@@ -571,6 +568,13 @@ class JudgeMemory:
         for rowid, score in hits:
             fb = rows.get(rowid)
             if fb is None:  # older than the kept before-images (64 commits ago)
+                continue
+            floor = (
+                self.config.min_episode_similarity_with_rationale
+                if fb.rationale
+                else self.config.min_episode_similarity
+            )
+            if floor is not None and score < floor:
                 continue
             episodes.append(
                 Episode(

@@ -55,6 +55,7 @@ def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
             # Bag-of-words fake embeddings put related cases far below the default floor
             # of 0.9; test_judge_graph.py tests the floor.
             "min_episode_similarity": None,
+            "min_episode_similarity_with_rationale": None,
         }
         args.update(kwargs)
         return MemAlignJudge(**args)

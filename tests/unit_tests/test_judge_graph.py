@@ -76,12 +76,35 @@ def test_min_episode_similarity_leaves_out_unrelated_past_cases(make_judge: Any)
     floor = (every[0].similarity + every[1].similarity) / 2
     assert every[0].similarity > floor > every[1].similarity
     judge.close()
-    gated = make_judge(k=3, min_episode_similarity=floor)
+    gated = make_judge(
+        k=3, min_episode_similarity=floor, min_episode_similarity_with_rationale=floor
+    )
     gated.align([SWEATER, HOURS, RUDE])
     assert [ep.feedback_id for ep in gated.memory.retrieve(query)] == [every[0].feedback_id]
     # a case the experts graded retrieves itself (similarity 1) and is always shown
     own = gated.memory.retrieve(gated.memory.embed([RUDE.inputs])[0])
     assert own and own[0].feedback_id == "rude" and own[0].similarity > 0.99
+    gated.close()
+
+
+def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> None:
+    bare = [fb.model_copy(update={"id": f"bare-{fb.id}", "rationale": None}) for fb in
+            (SWEATER, RUDE)]  # fmt: skip
+    cases = [SWEATER, HOURS, RUDE, *bare]
+    judge = make_judge(k=5, min_episode_similarity=0.99)
+    judge.align(cases)
+    query = judge.memory.embed(["What are your opening hours on Saturday?"])[0]
+    shown = {ep.feedback_id for ep in judge.memory.retrieve(query)}
+    # bare verdicts far from the case are left out, reasoned ones are shown (no floor)
+    assert shown == {"sweater", "hours", "rude"}
+    judge.close()
+    strict = make_judge(
+        k=5, min_episode_similarity=None, min_episode_similarity_with_rationale=0.99
+    )
+    strict.align(cases)
+    assert {ep.feedback_id for ep in strict.memory.retrieve(query)} == {
+        "bare-sweater", "bare-rude",
+    }  # fmt: skip
 
 
 def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
