@@ -68,11 +68,11 @@ def model() -> ScriptedChatModel:
 
 @pytest.fixture
 def judge(model: ScriptedChatModel) -> MemAlignJudge:
-    # min_episode_similarity=None: bag-of-words fake embeddings put the seed case far
-    # below the default floor, and every judgment here should see it.
+    # No similarity floors: bag-of-words fake embeddings put the seed case far below
+    # the default floor, and every judgment here should see it.
     judge = MemAlignJudge(
         KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=2,
-        min_episode_similarity=None,
+        min_episode_similarity=None, min_episode_similarity_with_rationale=None,
     )  # fmt: skip
     judge.align(
         [
