@@ -20,8 +20,9 @@ Per data set and seed, on the same chat and embedding servers:
    - `ours_no_<mechanism>` for each of --ablations, a separate judge aligned from scratch
      on the same feedback with one mechanism off: validate (validate_guidelines="off"),
      provenance (source_support=None), contrast (reflect_contrast=0), checklist
-     (judge_prompt="plain"), pairwise_orders (pairwise_both_orders=False; pairwise scales
-     only, and also judged at stage 0 since it changes the unaligned judge too);
+     (judge_prompt="plain"), pairwise_separate (pairwise_mode="both_orders"),
+     pairwise_orders (pairwise_mode="one_order"; the two pairwise ones on pairwise scales
+     only, and also judged at stage 0 since they change the unaligned judge too);
    - with --mlflow, MLflow 3.18's MemAlign (`mlflow`, stage 0 = MLflow's unaligned
      `make_judge`) through `mlflow_baseline/run_mlflow_memalign.py --stages` in the MLflow
      venv, behind the counting proxy.
@@ -87,10 +88,14 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "provenance": {"source_support": None},
     "contrast": {"reflect_contrast": 0},
     "turns": {"judge_prompt": "plain"},
+    "pairwise_separate": {"pairwise_mode": "both_orders"},
     "pairwise_orders": {"pairwise_mode": "one_order"},
 }
 # Ablations that change how an empty-memory judge judges (so they are measured at stage 0).
-STAGE0_ABLATIONS = {"pairwise_orders"}
+# Pairwise ablations change how an empty-memory judge judges (measured at stage 0 too) and
+# exist only for pairwise scales.
+PAIRWISE_ABLATIONS = {"pairwise_separate", "pairwise_orders"}
+STAGE0_ABLATIONS = PAIRWISE_ABLATIONS
 COLLAPSE_SHARE = 0.9
 
 
@@ -601,7 +606,7 @@ class Bench:
         a = self.args
         spec, data, fixed, _ = self.load(name)
         balanced = spec.scale.kind in ("bool", "categorical", "pairwise")
-        orders = 2 if spec.scale.kind == "pairwise" else 1  # both orders, on by default
+        orders = 2 if spec.scale.kind == "pairwise" else 1  # two calls a pair, by default
         systems = [x for x in a.systems.split(",") if x]
         calls: Counter[str] = Counter()
         for seed in [int(x) for x in a.seeds.split(",") if x.strip()]:
@@ -622,9 +627,10 @@ class Bench:
                 calls["ours"] += (len(aligned) * t + seen) * orders
             rationales = any(fb.rationale for fb in pool)
             for abl in [x for x in a.ablations.split(",") if x]:
-                if abl == "pairwise_orders" and orders == 2:
-                    calls["ours_no_pairwise_orders"] += (len(aligned) + 1) * t + seen
-                elif abl != "pairwise_orders" and rationales:
+                if abl in PAIRWISE_ABLATIONS and orders == 2:
+                    per_pair = 1 if abl == "pairwise_orders" else 2
+                    calls[f"ours_no_{abl}"] += ((len(aligned) + 1) * t + seen) * per_pair
+                elif abl not in PAIRWISE_ABLATIONS and rationales:
                     keep = {int(x) for x in a.ablation_stages.split(",") if x.strip()}
                     judged = [n for n in aligned if not keep or n in keep or
                               (n == aligned[-1] and -1 in keep)]  # fmt: skip
@@ -703,9 +709,9 @@ class Bench:
                 variants.append(("ours", {}))
             skipped: dict[str, str] = {}
             for abl in [x for x in a.ablations.split(",") if x]:
-                if abl == "pairwise_orders" and spec.scale.kind != "pairwise":
+                if abl in PAIRWISE_ABLATIONS and spec.scale.kind != "pairwise":
                     skipped[abl] = "not a pairwise scale: the option has no effect"
-                elif abl != "pairwise_orders" and not split_info["train_with_rationale"]:
+                elif abl not in PAIRWISE_ABLATIONS and not split_info["train_with_rationale"]:
                     # No rationale, no reflection: the judge equals `ours` (same prompt too,
                     # the checklist applies only when there are guidelines).
                     skipped[abl] = "no rationales in the pool: no guidelines, same judge as ours"

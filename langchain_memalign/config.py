@@ -102,13 +102,15 @@ class JudgeConfig(BaseModel):
         "a memory block before the case, and the judge names the guidelines whose condition "
         "the case meets before scoring; 'plain': the same block, a short rationale.",
     )
-    pairwise_mode: Literal["both_orders", "one_order", "separate"] = Field(
-        default="both_orders",
-        description="Pairwise scales, how the two outputs are compared. 'both_orders': judge "
-        "them as given and swapped and reconcile (disagreement is a tie), which cancels "
-        "position bias at twice the calls; 'one_order': one call, as given; 'separate': "
-        "rate each output alone from 1 to 10 and compare the ratings (equal is a tie), so "
-        "no output is ever shown first.",
+    pairwise_mode: Literal["separate", "both_orders", "one_order"] = Field(
+        default="separate",
+        description="Pairwise scales, how the two outputs are compared. 'separate': rate "
+        "each output alone from 1 to 10 and compare the ratings (equal is a tie), so no "
+        "output is ever shown first; 'both_orders': judge them as given and swapped and "
+        "reconcile (disagreement is a tie); 'one_order': one call, as given. Chosen by "
+        "measurement: on pandalm the local 1.5B model mostly prefers the response it reads "
+        "first, and 'both_orders' answered tie to 90% of a balanced set "
+        "(docs/benchmarks.md).",
     )
 
     @model_validator(mode="before")

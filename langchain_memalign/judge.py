@@ -103,8 +103,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             reflection batch.
         judge_prompt: `"turns"` (default), `"checklist"` or `"plain"`
             (`JudgeConfig.judge_prompt`).
-        pairwise_mode: How a pairwise judge compares two outputs: `"both_orders"`
-            (default), `"one_order"` or `"separate"` (`JudgeConfig.pairwise_mode`).
+        pairwise_mode: How a pairwise judge compares two outputs: `"separate"`
+            (default), `"both_orders"` or `"one_order"` (`JudgeConfig.pairwise_mode`).
 
     See `JudgeConfig` for each option. Everything after `embeddings` is
     keyword-only. A judge is a context manager: `with MemAlignJudge(...) as
@@ -139,7 +139,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         validate_max_calls: int = 16,
         reflect_contrast: int = 4,
         judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
-        pairwise_mode: Literal["both_orders", "one_order", "separate"] = "both_orders",
+        pairwise_mode: Literal["separate", "both_orders", "one_order"] = "separate",
     ) -> None:
         config = JudgeConfig(
             name=name,

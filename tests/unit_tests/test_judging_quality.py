@@ -51,7 +51,7 @@ def test_pairwise_judges_both_orders(
         judge_rule=lambda case, memory: {"rationale": "Compared.", "score": rule(case)}
     )
     model = ScriptedChatModel(responder=responder)
-    judge = make_judge(model=model, scale="pairwise")
+    judge = make_judge(model=model, scale="pairwise", pairwise_mode="both_orders")
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
     assert out["value"] == expected
     assert out["metadata"]["position_consistent"] is consistent
@@ -65,7 +65,9 @@ def test_pairwise_judges_both_orders(
 
 async def test_pairwise_both_orders_async(make_judge: Any) -> None:
     responder = RoleResponder(judge_rule=lambda case, memory: {"rationale": "x", "score": "A"})
-    judge = make_judge(model=ScriptedChatModel(responder=responder), scale="pairwise")
+    judge = make_judge(
+        model=ScriptedChatModel(responder=responder), scale="pairwise", pairwise_mode="both_orders"
+    )
     out = await judge.ainvoke({"inputs": "Q", "outputs": ["one", "two"]})
     assert out["value"] == "tie" and out["metadata"]["pairwise_orders"] == ["A", "B"]
 
@@ -160,7 +162,7 @@ def test_split_outputs_and_the_legacy_pairwise_flag() -> None:
     base = {"name": "p", "instructions": "{outputs}", "scale": "pairwise"}
     assert JudgeConfig(**base, pairwise_both_orders=False).pairwise_mode == "one_order"
     assert JudgeConfig(**base, pairwise_both_orders=True).pairwise_mode == "both_orders"
-    assert JudgeConfig(**base).pairwise_mode == "both_orders"
+    assert JudgeConfig(**base).pairwise_mode == "separate"
     with pytest.raises(ValueError, match="pairwise_mode"):
         JudgeConfig(**base, pairwise_mode="sideways")
 
