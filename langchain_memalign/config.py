@@ -27,13 +27,17 @@ class JudgeConfig(BaseModel):
         "case agrees with its verdict no more often than chance unless it is a near "
         "duplicate (same question: similarity >= 0.9 with MiniLM; "
         "benchmarks/neighbour_labels.py). A case the experts graded retrieves itself at "
-        "~1.0 and is always kept. None shows the k nearest whatever their similarity.",
+        "~1.0 and is always kept. None shows the k nearest whatever their similarity. "
+        "Applies to past cases without a rationale; those with one have "
+        "`min_episode_similarity_with_rationale`.",
     )  # fmt: skip
     min_episode_similarity_with_rationale: float | None = Field(
         default=0.9, ge=-1.0, le=1.0,
         description="The floor for past cases that carry the expert's rationale, which "
         "say why the verdict was given (`min_episode_similarity` is the floor for the "
-        "others, bare verdicts). None shows them down to the k nearest.",
+        "others, bare verdicts). None shows them down to the k nearest. Kept at 0.9 by "
+        "measurement: showing them helped where rationales state a rule (support-apology) "
+        "and hurt where they remark on one case (feedbackqa; docs/benchmarks.md).",
     )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",

@@ -73,9 +73,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         embeddings: An embedding model or a `"provider:model"` string.
         scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
         k: Past cases retrieved per judgment.
-        min_episode_similarity: Similarity a retrieved past case needs to be shown
-            (default 0.9: near duplicates, e.g. the same question, and the cases the
-            experts graded; `None`: the `k` nearest whatever their similarity).
+        min_episode_similarity: Similarity a retrieved past case without a rationale
+            needs to be shown (default 0.9: near duplicates, e.g. the same question, and
+            the cases the experts graded; `None`: the `k` nearest whatever their
+            similarity).
         min_episode_similarity_with_rationale: The same floor for past cases that
             carry the expert's rationale (`JudgeConfig`).
         reflection_model: The model that distills guidelines; defaults to `model`.
