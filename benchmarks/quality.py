@@ -91,9 +91,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "pairwise_separate": {"pairwise_mode": "both_orders"},
     "pairwise_orders": {"pairwise_mode": "one_order"},
 }
-# Ablations that change how an empty-memory judge judges (so they are measured at stage 0).
-# Pairwise ablations change how an empty-memory judge judges (measured at stage 0 too) and
-# exist only for pairwise scales.
+# Pairwise ablations exist only for pairwise scales, and change how an empty-memory judge
+# judges (so they are measured at stage 0 too).
 PAIRWISE_ABLATIONS = {"pairwise_separate", "pairwise_orders"}
 STAGE0_ABLATIONS = PAIRWISE_ABLATIONS
 COLLAPSE_SHARE = 0.9

@@ -112,14 +112,19 @@ class JudgeNodes:
             rate_limiter=rate_limiter,
             budgeted=False,
         )
-        # Pairwise judges in `pairwise_mode="separate"` rate each output alone, 1-10.
-        self.rating = StructuredCaller(
-            model,
-            SEPARATE_SCALE.verdict_schema(),
-            what=f"judge {cfg.name!r} (one output of a pair)",
-            retries=cfg.max_retries,
-            rate_limiter=rate_limiter,
-            budgeted=False,
+        # Pairwise judges in `pairwise_mode="separate"` rate each output alone, 1-10. Only
+        # pairwise judges build it: a memory's scale never changes (_config_checks).
+        self.rating = (
+            StructuredCaller(
+                model,
+                SEPARATE_SCALE.verdict_schema(),
+                what=f"judge {cfg.name!r} (one output of a pair)",
+                retries=cfg.max_retries,
+                rate_limiter=rate_limiter,
+                budgeted=False,
+            )
+            if cfg.scale.kind == "pairwise"
+            else None
         )
 
     # embed_case: nothing to embed when the memory has nothing to retrieve, so an
@@ -182,7 +187,7 @@ class JudgeNodes:
         """
         cfg = self.memory.config
         mode = cfg.pairwise_mode if cfg.scale.kind == "pairwise" else "one_order"
-        if mode == "separate":
+        if mode == "separate" and self.rating is not None:
             pair = split_outputs(case.get("outputs"))
             if pair is not None:
                 alone = [{**case, "outputs": output} for output in pair]

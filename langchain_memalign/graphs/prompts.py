@@ -225,11 +225,25 @@ def judge_messages(
             note += CALIBRATION_NOTE
     answer = ANSWER_CHECKLIST if style == "checklist" and guidelines else ANSWER_PLAIN
     system = JUDGE_SYSTEM.format(scale=scale.describe(), memory_note=note, answer=answer)
+    return _memory_then_case(system, memory, instructions, case)
+
+
+def _memory_then_case(
+    system: str, memory: str, instructions: str, case: dict[str, Any]
+) -> list[BaseMessage]:
+    """The system message, then one user turn: the memory block (if any) and the case."""
     body = case_message(instructions, case)
     return [
         SystemMessage(content=system),
         HumanMessage(content=f"{memory}\n\n{body}" if memory else body),
     ]
+
+
+def _guidelines_note(guidelines: Sequence[Guideline]) -> str:
+    """The guidelines as the system message states them (`"turns"` and separate rating)."""
+    if not guidelines:
+        return ""
+    return TURNS_GUIDELINES.format(guidelines="\n".join(f"- {g.text}" for g in guidelines))
 
 
 def _turns(
@@ -240,9 +254,7 @@ def _turns(
     episodes: Sequence[Episode],
     max_chars: int,
 ) -> list[BaseMessage]:
-    note = ""
-    if guidelines:
-        note += TURNS_GUIDELINES.format(guidelines="\n".join(f"- {g.text}" for g in guidelines))
+    note = _guidelines_note(guidelines)
     if episodes:
         note += TURNS_EPISODES
         if scale.kind in ("numeric", "categorical"):
@@ -295,9 +307,7 @@ def separate_messages(
     verdicts, which cannot be an answer on this 1-10 scale, so they come as a `<memory>`
     block before the case instead of as conversation turns.
     """
-    note = ""
-    if guidelines:
-        note += TURNS_GUIDELINES.format(guidelines="\n".join(f"- {g.text}" for g in guidelines))
+    note = _guidelines_note(guidelines)
     if episodes:
         note += SEPARATE_EPISODES
     system = JUDGE_SYSTEM.format(
@@ -305,11 +315,7 @@ def separate_messages(
         answer=ANSWER_PLAIN,
     )  # fmt: skip
     memory = memory_section((), episodes, episode_max_chars)
-    body = case_message(instructions, case)
-    return [
-        SystemMessage(content=system),
-        HumanMessage(content=f"{memory}\n\n{body}" if memory else body),
-    ]
+    return _memory_then_case(system, memory, instructions, case)
 
 
 def case_message(instructions: str, case: dict[str, Any]) -> str:
