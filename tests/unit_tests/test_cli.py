@@ -473,7 +473,9 @@ def test_evaluate_before_and_after_alignment(env: Env) -> None:
     code, out, _ = env.run("evaluate", env.test, "--json")
     summary = json.loads(out)
     assert summary["accuracy"] == 1.0 and summary["n"] == 4 and summary["llm_calls"] == 4
-    assert summary["embedding_calls"] == 1  # the 4 cases, embedded in one batch call
+    # The 4 cases in one batch call, and the past cases' rationales once (to tell whether
+    # they state a guideline, `rule_case_similarity`): cached for the later judgments.
+    assert summary["embedding_calls"] == 2
 
 
 def test_evaluate_writes_the_full_report(env: Env) -> None:
