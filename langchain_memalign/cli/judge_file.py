@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -31,15 +31,30 @@ EXIT_USAGE = 2
 """Bad arguments, configuration or input files: nothing was changed."""
 
 DEFAULT_CONFIG = "memalign.toml"
+# The judge options a file may set: every `JudgeConfig` field but the three above.
 _JUDGE_OPTIONS = (
     "k",
+    "min_episode_similarity",
+    "min_episode_similarity_with_rationale",
+    "rule_case_similarity",
     "embed",
     "guideline_token_budget",
     "episode_max_chars",
     "embed_max_chars",
     "reflect_batch_size",
+    "hnsw_threshold",
+    "hnsw_ef_search",
+    "reuse_expert_verdicts",
     "max_retries",
+    "source_support",
+    "validate_guidelines",
+    "validate_max_calls",
+    "reflect_contrast",
+    "judge_prompt",
+    "pairwise_mode",
 )
+# TOML has no null: "off" turns these off (None in `JudgeConfig`).
+OFF = "off"
 
 
 class CLIError(Exception):
@@ -96,13 +111,26 @@ class JudgeFile(BaseModel):
             "postgresql://host/db?judge=<name> URL."
         ),
     )
+    # Judge options (`JudgeConfig`); unset keeps the judge's default.
     k: int | None = None
+    min_episode_similarity: float | Literal["off"] | None = None
+    min_episode_similarity_with_rationale: float | Literal["off"] | None = None
+    rule_case_similarity: float | Literal["off"] | None = None
     embed: str | None = None
     guideline_token_budget: int | None = None
     episode_max_chars: int | None = None
     embed_max_chars: int | None = None
     reflect_batch_size: int | None = None
+    hnsw_threshold: int | None = None
+    hnsw_ef_search: int | None = None
+    reuse_expert_verdicts: bool | None = None
     max_retries: int | None = None
+    source_support: float | Literal["off"] | None = None
+    validate_guidelines: str | None = None
+    validate_max_calls: int | None = None
+    reflect_contrast: int | None = None
+    judge_prompt: str | None = None
+    pairwise_mode: str | None = None
 
     source: Path | None = Field(default=None, exclude=True, description="The file read.")
 
@@ -137,8 +165,12 @@ class JudgeFile(BaseModel):
         return self.instructions
 
     def options(self) -> dict[str, Any]:
-        """The judge options set in the file (`k`, `guideline_token_budget`, ...)."""
-        return {o: getattr(self, o) for o in _JUDGE_OPTIONS if getattr(self, o) is not None}
+        """The judge options set in the file (`k`, `guideline_token_budget`, ...).
+
+        `"off"` becomes `None`, which turns the option off.
+        """
+        values = {o: getattr(self, o) for o in _JUDGE_OPTIONS}
+        return {o: None if v == OFF else v for o, v in values.items() if v is not None}
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> JudgeFile:
@@ -224,6 +256,10 @@ embeddings = "openai:text-embedding-3-small"
 memory = "memalign_memory/helpfulness"          # the memory folder, relative to this file
 k = 5                                           # past cases retrieved per judgment
 # guideline_token_budget = 800
+# Any other JudgeConfig option, e.g. (see docs/cli.md; "off" turns an option off):
+# min_episode_similarity_with_rationale = "off"   # show reasoned past cases, however far
+# validate_guidelines = "all"                     # check guidelines on every seen case
+# pairwise_mode = "both_orders"                   # for scale = "pairwise"
 '''
 
 

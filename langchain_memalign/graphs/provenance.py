@@ -40,9 +40,15 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
     or a number that appears in that case: details of one case do not generalize. Also
     when it ends in the "..." that marks a text the prompt cut: asked to keep the experts'
     own words, the local 1.5B model copied a cut rationale whole ("Annotator 2 (Bad):
-    This answer has noth...").
+    This answer has noth..."). And when it copies two or more sentences of one source's
+    rationale word for word: a rule quoted from the experts is one sentence ("Replies to
+    upset customers must start by apologizing."); several are a remark about that case
+    (kept on feedbackqa: "Annotator 1 (Bad): There isn't a lot of information here.
+    There is nothing in the answer about checking with the operator.").
     """
     if text.rstrip().endswith((CUT_MARK, "\u2026")):
+        return True
+    if any(_copies_remark(text, fb.rationale) for fb in sources if fb.rationale):
         return True
     words = _words(text)
     # Multi-character numbers only: "a score of 1" is a rule, "$40" or "May 3rd" a case.
@@ -53,6 +59,22 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
         if runs & _runs(case, COPIED_RUN) or numbers & set(case):
             return True
     return False
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# Words a sentence needs to count as copied (not "Exactly right.").
+SENTENCE_MIN_WORDS = 4
+
+
+def _copies_remark(text: str, rationale: str) -> bool:
+    """Whether `text` repeats two or more sentences of `rationale` word for word."""
+    said = " ".join(_words(rationale))
+    copied = 0
+    for sentence in _SENTENCE_END.split(text.strip()):
+        words = _words(sentence)
+        if len(words) >= SENTENCE_MIN_WORDS and f" {' '.join(words)} " in f" {said} ":
+            copied += 1
+    return copied >= 2
 
 
 # A guideline this much closer to one stored case than to any other, and at least

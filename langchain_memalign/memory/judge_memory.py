@@ -562,13 +562,19 @@ class JudgeMemory:
         )
 
     def retrieve(
-        self, query_vector: Any, k: int | None = None, view: MemoryView | None = None
+        self,
+        query_vector: Any,
+        k: int | None = None,
+        view: MemoryView | None = None,
+        *,
+        floors: bool = True,
     ) -> list[Episode]:
         """The `k` most similar past cases, as of one version of the memory.
 
         Those below their similarity floor (`min_episode_similarity`, or
         `min_episode_similarity_with_rationale` for those with a rationale) are left
-        out, unless their rationale states one of the guidelines (`rule_case_similarity`).
+        out, unless their rationale states one of the view's guidelines
+        (`rule_case_similarity`). `floors=False` returns the `k` nearest.
         """
         view = view or self._view
         k = self.config.k if k is None else k
@@ -590,7 +596,7 @@ class JudgeMemory:
                 else self.config.min_episode_similarity
             )
             found.append((fb, score))
-            if floor is not None and score < floor:
+            if floors and floor is not None and score < floor:
                 below.append(fb)
         stated = self._states_a_guideline([fb for fb in below if fb.rationale], view)
         hidden = {fb.id for fb in below} - stated

@@ -598,6 +598,31 @@ def test_ascii_curve() -> None:
     ]
 
 
+def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
+    from langchain_memalign.cli.judge_file import _JUDGE_OPTIONS
+    from langchain_memalign.config import JudgeConfig
+
+    # a new JudgeConfig option must be settable from the file too
+    assert set(_JUDGE_OPTIONS) == set(JudgeConfig.model_fields) - {"name", "instructions", "scale"}
+    env.config.write_text(
+        CONFIG + 'rule_case_similarity = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
+        'judge_prompt = "checklist"\nvalidate_guidelines = "all"\nreuse_expert_verdicts = false\n'
+    )
+    assert env.run("create")[0] == EXIT_OK
+    stored = memory_summary(env.tmp / "mem")["config"]
+    assert stored["rule_case_similarity"] is None  # "off"
+    assert stored["min_episode_similarity_with_rationale"] == 0.5
+    assert stored["judge_prompt"] == "checklist" and stored["validate_guidelines"] == "all"
+    assert stored["reuse_expert_verdicts"] is False
+    assert stored["min_episode_similarity"] == 0.9  # unset: the default
+    env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE and "pairwise_mode" in err
+    env.config.write_text(CONFIG + 'rule_case_similarity = "never"\n')
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE and "rule_case_similarity" in err
+
+
 # -- judge files and models --------------------------------------------------------------------
 
 

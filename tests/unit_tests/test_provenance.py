@@ -31,6 +31,23 @@ def test_restates_case_catches_copied_runs_and_numbers() -> None:
     assert not restates_case("Answers that trail off mid-sentence are Bad.", [CALM])
 
 
+def test_restates_case_catches_a_copied_remark_but_not_a_quoted_rule() -> None:
+    said = ("Annotator 1 (Bad): There isn't a lot of information here.  There is nothing "
+            "in the answer about visiting care homes.\nAnnotator 2 (Bad): Vague.")  # fmt: skip
+    remark = fb("r", "Can I visit my mother?", "Stay home.", False, said)
+    copied = ("Annotator 1 (Bad): There isn't a lot of information here. There is nothing "
+              "in the answer about visiting care homes.")  # fmt: skip
+    assert restates_case(copied, [remark])
+    # one sentence of it is a rule in the experts' words, as is a rule quoted from UPSET
+    assert not restates_case("There isn't a lot of information here.", [remark])
+    assert not restates_case(
+        "The reply does not open with an apology. Replies to upset customers fail.", [UPSET]
+    )
+    assert not restates_case(
+        "The customer is angry and the reply does not open with an apology.", [UPSET]
+    )
+
+
 def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:
     rule = unit(1, 0, 0)
     rationales = {"a": unit(0.95, 0.3, 0), "b": unit(0.9, 0.4, 0.1), "c": unit(0.1, 1, 0)}
