@@ -37,22 +37,7 @@ class JudgeConfig(BaseModel):
         "say why the verdict was given (`min_episode_similarity` is the floor for the "
         "others, bare verdicts). None shows them down to the k nearest. Kept at 0.9 by "
         "measurement: showing them helped where rationales state a rule (support-apology) "
-        "and hurt where they remark on one case (feedbackqa; docs/benchmarks.md). Past "
-        "cases whose rationale states one of the guidelines are kept below it "
-        "(`rule_case_similarity`).",
-    )  # fmt: skip
-    rule_case_similarity: float | None = Field(
-        default=0.7, ge=-1.0, le=1.0,
-        description="Cosine similarity between a retrieved past case's rationale and one of "
-        "the memory's guidelines at or above which the case is shown whatever the "
-        "similarity floors: its rationale states a rule the judge follows (an application "
-        "of it or the edge of its scope, like 'the customer is calm, so no apology is "
-        "needed'), which carries to cases that are not near duplicates, where a remark "
-        "about one answer does not. Tuned on MiniLM: support-apology's rationales scored "
-        "0.77-0.92 against their guideline and a calm case's 0.56-0.59; crowd remarks "
-        "(feedbackqa) and graders' feedback (prometheus) at most 0.54 against any guideline. "
-        "Costs one embedding call a judgment for rationales not embedded before (they are "
-        "cached). None turns it off.",
+        "and hurt where they remark on one case (feedbackqa; docs/benchmarks.md).",
     )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",

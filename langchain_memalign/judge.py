@@ -79,9 +79,6 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             similarity).
         min_episode_similarity_with_rationale: The same floor for past cases that
             carry the expert's rationale (`JudgeConfig`).
-        rule_case_similarity: Similarity between a past case's rationale and a
-            guideline at which the case is shown below the floors: it states a rule
-            the judge follows (default 0.7; `None`: off; `JudgeConfig`).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
@@ -126,7 +123,6 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         k: int = 5,
         min_episode_similarity: float | None = 0.9,
         min_episode_similarity_with_rationale: float | None = 0.9,
-        rule_case_similarity: float | None = 0.7,
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,
@@ -153,7 +149,6 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             k=k,
             min_episode_similarity=min_episode_similarity,
             min_episode_similarity_with_rationale=min_episode_similarity_with_rationale,
-            rule_case_similarity=rule_case_similarity,
             embed=embed,
             guideline_token_budget=guideline_token_budget,
             episode_max_chars=episode_max_chars,

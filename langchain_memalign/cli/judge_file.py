@@ -36,7 +36,6 @@ _JUDGE_OPTIONS = (
     "k",
     "min_episode_similarity",
     "min_episode_similarity_with_rationale",
-    "rule_case_similarity",
     "embed",
     "guideline_token_budget",
     "episode_max_chars",
@@ -115,7 +114,6 @@ class JudgeFile(BaseModel):
     k: int | None = None
     min_episode_similarity: float | Literal["off"] | None = None
     min_episode_similarity_with_rationale: float | Literal["off"] | None = None
-    rule_case_similarity: float | Literal["off"] | None = None
     embed: str | None = None
     guideline_token_budget: int | None = None
     episode_max_chars: int | None = None

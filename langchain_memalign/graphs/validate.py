@@ -16,7 +16,6 @@ narrowing), capped by `JudgeConfig.validate_max_calls`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from langchain_core.language_models import BaseChatModel
@@ -27,7 +26,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.prompts import format_value, narrow_messages
 from langchain_memalign.graphs.schemas import GuidelineText
 from langchain_memalign.graphs.structured import StructuredCaller
-from langchain_memalign.memory.judge_memory import JudgeMemory, MemoryView
+from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import GuidelineCheck, Usage
 
@@ -98,7 +97,6 @@ class GuidelineValidator:
         """
         mem = self.memory
         vectors = mem.store.episode_vectors(fb.id for fb in cases)
-        view = _without(mem.snapshot(), swap)
 
         def one(fb: Feedback) -> tuple[bool, Usage]:
             qv = vectors.get(fb.id)
@@ -116,7 +114,7 @@ class GuidelineValidator:
             # verdict, so seen cases would measure recall, not whether the rule helps
             # on a case like this one that the judge has not seen.
             k = mem.config.k
-            near = mem.retrieve(qv, k=k + 1, view=view) if qv is not None and k else []
+            near = mem.retrieve(qv, k=k + 1) if qv is not None and k else []
             episodes = [e for e in near if e.feedback_id != fb.id][:k]
             verdict = self.judge_nodes.grade(case, guidelines, episodes, config)
             return format_value(verdict.score) == format_value(fb.value), verdict.usage
@@ -230,26 +228,6 @@ class GuidelineValidator:
             sources = [s for g in narrowed for s in g.source_ids]
             mem.store.log(conn, "validate", sources, dropped + [g.id for g in narrowed])
         mem.refresh_guidelines()
-
-
-def _without(view: MemoryView, swap: dict[str, Guideline | None]) -> MemoryView:
-    """`view` without the guidelines `swap` leaves out, for retrieval.
-
-    Past cases whose rationale states a guideline are shown below the similarity floors
-    (`rule_case_similarity`); without the guideline they are not, so grading "without
-    it" must not show them either. A replacement keeps the old guideline's vector (its
-    rule, narrowed).
-    """
-    left_out = {gid for gid, g in swap.items() if g is None}
-    if not left_out:
-        return view
-    keep = [i for i, g in enumerate(view.guidelines) if g.id not in left_out]
-    vectors = view.guideline_vectors
-    return replace(
-        view,
-        guidelines=tuple(view.guidelines[i] for i in keep),
-        guideline_vectors=None if vectors is None or not keep else vectors[keep],
-    )
 
 
 def _effect(

@@ -37,17 +37,11 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "source_support": (-1.0, 1.0),
     "min_episode_similarity": (-1.0, 1.0),
     "min_episode_similarity_with_rationale": (-1.0, 1.0),
-    "rule_case_similarity": (-1.0, 1.0),
 }
 
 # Options whose `None` means "off" rather than a number out of bounds.
 OPTIONAL = frozenset(
-    {
-        "source_support",
-        "min_episode_similarity",
-        "min_episode_similarity_with_rationale",
-        "rule_case_similarity",
-    }
+    {"source_support", "min_episode_similarity", "min_episode_similarity_with_rationale"}
 )
 
 # What a stored memory is: changing these would make its guidelines or its

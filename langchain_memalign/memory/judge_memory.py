@@ -128,10 +128,6 @@ class _WriteLock:
             cm.__exit__(None, None, None)
 
 
-# Rationale vectors a memory keeps for `rule_case_similarity` (~1.5 KB each with MiniLM).
-_RATIONALE_CACHE = 4096
-
-
 @dataclass(frozen=True, eq=False)
 class MemoryView:
     """One committed version of the memory, as judgments read it.
@@ -180,11 +176,6 @@ class JudgeMemory:
         self._embedding_lock = threading.Lock()
         self._embedding_calls = 0
         self._embedded_texts = 0
-        # Vectors of past cases' rationales, by (feedback id, rationale hash), for
-        # `rule_case_similarity`; a bounded cache, so judgments embed each once.
-        self._rationale_lock = threading.Lock()
-        self._rationale_embed_lock = threading.Lock()
-        self._rationale_vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
 
     # -- opening -------------------------------------------------------------------
 
@@ -573,8 +564,7 @@ class JudgeMemory:
 
         Those below their similarity floor (`min_episode_similarity`, or
         `min_episode_similarity_with_rationale` for those with a rationale) are left
-        out, unless their rationale states one of the view's guidelines
-        (`rule_case_similarity`). `floors=False` returns the `k` nearest.
+        out; `floors=False` returns the `k` nearest.
         """
         view = view or self._view
         k = self.config.k if k is None else k
@@ -584,8 +574,7 @@ class JudgeMemory:
         # As of the view's version: an align or unalign committed since then
         # must not change or remove the episodes this view's index found.
         rows = self.store.episodes_by_rowid([i for i, _ in hits], as_of=view.seq)
-        found: list[tuple[Feedback, float]] = []
-        below: list[Feedback] = []  # under their floor
+        episodes = []
         for rowid, score in hits:
             fb = rows.get(rowid)
             if fb is None:  # older than the kept before-images (64 commits ago)
@@ -595,59 +584,16 @@ class JudgeMemory:
                 if fb.rationale
                 else self.config.min_episode_similarity
             )
-            found.append((fb, score))
             if floors and floor is not None and score < floor:
-                below.append(fb)
-        stated = self._states_a_guideline([fb for fb in below if fb.rationale], view)
-        hidden = {fb.id for fb in below} - stated
-        return [
-            Episode(
-                feedback_id=fb.id, inputs=fb.inputs, outputs=fb.outputs,
-                reference_outputs=fb.reference_outputs, value=fb.value,
-                rationale=fb.rationale, annotator=fb.annotator, similarity=score,
-            )
-            for fb, score in found
-            if fb.id not in hidden
-        ]  # fmt: skip
-
-    def _states_a_guideline(self, feedback: Sequence[Feedback], view: MemoryView) -> set[str]:
-        """The feedback whose rationale states one of the view's guidelines (a rule case).
-
-        Its rationale is at least `rule_case_similarity` close to a guideline. Rationales
-        are embedded once and cached: a judgment embeds only those it has not met before.
-        """
-        threshold = self.config.rule_case_similarity
-        guideline_vectors = view.guideline_vectors
-        if threshold is None or guideline_vectors is None or not len(guideline_vectors):
-            return set()
-        if not feedback:
-            return set()
-        keys = [(fb.id, stable_hash(fb.rationale)) for fb in feedback]
-        known = self._cached_rationales(keys)
-        if len(known) < len(set(keys)):
-            # One embedding at a time: concurrent judgments missing the same rationales
-            # (a batch over one memory) wait for the first instead of embedding them again.
-            with self._rationale_embed_lock:
-                known = self._cached_rationales(keys)
-                missing = list(dict.fromkeys(k for k in keys if k not in known))
-                if missing:
-                    texts = {fb.id: str(fb.rationale) for fb in feedback}
-                    vectors = self.embed([texts[fid] for fid, _ in missing])
-                    known.update(zip(missing, vectors, strict=True))
-                    with self._rationale_lock:
-                        self._rationale_vectors.update(zip(missing, vectors, strict=True))
-                        while len(self._rationale_vectors) > _RATIONALE_CACHE:
-                            self._rationale_vectors.popitem(last=False)
-        # Both sides are unit vectors (`as_matrix`): the product is the cosine.
-        best = (np.stack([known[k] for k in keys]) @ guideline_vectors.T).max(axis=1)
-        return {fb.id for fb, sim in zip(feedback, best, strict=True) if sim >= threshold}
-
-    def _cached_rationales(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Any]:
-        with self._rationale_lock:
-            known = {k: self._rationale_vectors[k] for k in keys if k in self._rationale_vectors}
-            for key in known:
-                self._rationale_vectors.move_to_end(key)
-        return known
+                continue
+            episodes.append(
+                Episode(
+                    feedback_id=fb.id, inputs=fb.inputs, outputs=fb.outputs,
+                    reference_outputs=fb.reference_outputs, value=fb.value,
+                    rationale=fb.rationale, annotator=fb.annotator, similarity=score,
+                )
+            )  # fmt: skip
+        return episodes
 
     def stored_ids(self, ids: Iterable[str]) -> set[str]:
         """Which of `ids` are stored feedback."""

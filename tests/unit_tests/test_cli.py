@@ -473,9 +473,7 @@ def test_evaluate_before_and_after_alignment(env: Env) -> None:
     code, out, _ = env.run("evaluate", env.test, "--json")
     summary = json.loads(out)
     assert summary["accuracy"] == 1.0 and summary["n"] == 4 and summary["llm_calls"] == 4
-    # The 4 cases in one batch call, and the past cases' rationales once (to tell whether
-    # they state a guideline, `rule_case_similarity`): cached for the later judgments.
-    assert summary["embedding_calls"] == 2
+    assert summary["embedding_calls"] == 1  # the 4 cases, embedded in one batch call
 
 
 def test_evaluate_writes_the_full_report(env: Env) -> None:
@@ -605,12 +603,12 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     # a new JudgeConfig option must be settable from the file too
     assert set(_JUDGE_OPTIONS) == set(JudgeConfig.model_fields) - {"name", "instructions", "scale"}
     env.config.write_text(
-        CONFIG + 'rule_case_similarity = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
+        CONFIG + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
         'judge_prompt = "checklist"\nvalidate_guidelines = "all"\nreuse_expert_verdicts = false\n'
     )
     assert env.run("create")[0] == EXIT_OK
     stored = memory_summary(env.tmp / "mem")["config"]
-    assert stored["rule_case_similarity"] is None  # "off"
+    assert stored["source_support"] is None  # "off"
     assert stored["min_episode_similarity_with_rationale"] == 0.5
     assert stored["judge_prompt"] == "checklist" and stored["validate_guidelines"] == "all"
     assert stored["reuse_expert_verdicts"] is False
@@ -618,9 +616,9 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
     code, _, err = env.run("create")
     assert code == EXIT_USAGE and "pairwise_mode" in err
-    env.config.write_text(CONFIG + 'rule_case_similarity = "never"\n')
+    env.config.write_text(CONFIG + 'min_episode_similarity = "never"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "rule_case_similarity" in err
+    assert code == EXIT_USAGE and "min_episode_similarity" in err
 
 
 # -- judge files and models --------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any, TypedDict
 
 import pytest
@@ -78,9 +77,8 @@ def test_min_episode_similarity_leaves_out_unrelated_past_cases(make_judge: Any)
     assert every[0].similarity > floor > every[1].similarity
     judge.close()
     gated = make_judge(
-        k=3, min_episode_similarity=floor, min_episode_similarity_with_rationale=floor,
-        rule_case_similarity=None,
-    )  # fmt: skip
+        k=3, min_episode_similarity=floor, min_episode_similarity_with_rationale=floor
+    )
     gated.align([SWEATER, HOURS, RUDE])
     assert [ep.feedback_id for ep in gated.memory.retrieve(query)] == [every[0].feedback_id]
     # a case the experts graded retrieves itself (similarity 1) and is always shown
@@ -101,50 +99,12 @@ def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> No
     assert shown == {"sweater", "hours", "rude"}
     judge.close()
     strict = make_judge(
-        k=5, min_episode_similarity=None, min_episode_similarity_with_rationale=0.99,
-        rule_case_similarity=None,
-    )  # fmt: skip
+        k=5, min_episode_similarity=None, min_episode_similarity_with_rationale=0.99
+    )
     strict.align(cases)
     assert {ep.feedback_id for ep in strict.memory.retrieve(query)} == {
         "bare-sweater", "bare-rude",
     }  # fmt: skip
-
-
-def test_past_cases_whose_rationale_states_a_guideline_are_shown_below_the_floor(
-    make_judge: Any, embeddings: Any
-) -> None:
-    bare = SWEATER.model_copy(update={"id": "bare-sweater", "rationale": None})
-    judge = make_judge(
-        k=4, min_episode_similarity=0.99, min_episode_similarity_with_rationale=0.99,
-        rule_case_similarity=0.8,
-    )  # fmt: skip
-    judge.align([SWEATER, HOURS, RUDE, bare])  # the fake reflection: "Rule: <rationale>"
-    mem = judge.memory
-    query = mem.embed(["Do you ship to Canada?"])[0]  # near none of them
-    view = mem.snapshot()
-    assert len(view.guidelines) == 3
-    calls = embeddings.calls
-    # every rationale states a guideline; a bare verdict states none
-    assert {ep.feedback_id for ep in mem.retrieve(query, view=view)} == {"sweater", "hours", "rude"}
-    assert embeddings.calls == calls + 1  # the three rationales, in one call
-    # with only the sweater rule in memory, only its case is a rule case; the rationales
-    # are cached, so no embedding call
-    i = next(i for i, g in enumerate(view.guidelines) if "sweater" in g.source_ids)
-    one_rule = replace(
-        view, guidelines=view.guidelines[i : i + 1], guideline_vectors=view.guideline_vectors[[i]]
-    )
-    assert [ep.feedback_id for ep in mem.retrieve(query, view=one_rule)] == ["sweater"]
-    no_rule = replace(view, guidelines=(), guideline_vectors=None)
-    assert mem.retrieve(query, view=no_rule) == []
-    assert embeddings.calls == calls + 1
-    judge.close()
-    off = make_judge(
-        k=4, min_episode_similarity=0.99, min_episode_similarity_with_rationale=0.99,
-        rule_case_similarity=None,
-    )  # fmt: skip
-    off.align([SWEATER, HOURS, RUDE, bare])
-    assert off.memory.retrieve(query) == []
-    off.close()
 
 
 def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:

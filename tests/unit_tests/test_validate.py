@@ -141,30 +141,3 @@ def test_neighbors_with_other_scores_are_checked_at_the_default_floors(make_judg
     )
     [check] = judge.align([UPSET, CALM, CALM2]).validation
     assert check.cases[0] == "upset" and sorted(check.cases[1:]) == ["calm", "calm2"]
-
-
-def test_grading_without_a_guideline_shows_none_of_its_rule_cases(make_judge: Any) -> None:
-    rule = str(UPSET.rationale)  # the guideline states UPSET's rationale: a rule case
-    responder = RoleResponder(judge_rule=judge_rule)
-
-    def respond(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": rule, "source_ids": ["upset"], "existing_id": ""}]}
-        return responder(messages)
-
-    model = ScriptedChatModel(responder=respond)
-    judge = make_judge(
-        model=model, validate_guidelines="sources", min_episode_similarity=0.99,
-        min_episode_similarity_with_rationale=0.99, rule_case_similarity=0.9,
-    )  # fmt: skip
-    judge.align([UPSET, CALM, CALM2])
-    calls = [c for c in model.calls if str(c[0].content).startswith("You are an expert evaluator")]
-
-    def past_cases(call: list[Any]) -> str:  # the turns before the case
-        return "\n".join(str(m.content) for m in call[1:-1])
-
-    with_rule = [c for c in calls if rule in str(c[0].content)]
-    without = [c for c in calls if rule not in str(c[0].content)]
-    assert with_rule and without
-    assert not any("furious" in past_cases(c) for c in without)
-    assert any("furious" in past_cases(c) for c in with_rule)  # shown to the calm cases
