@@ -31,7 +31,8 @@ EXIT_USAGE = 2
 """Bad arguments, configuration or input files: nothing was changed."""
 
 DEFAULT_CONFIG = "memalign.toml"
-# The judge options a file may set: every `JudgeConfig` field but the three above.
+# The judge options a file may set: every `JudgeConfig` field but `name`, `instructions`
+# and `scale`, which are keys of their own (tests pin the list to `JudgeConfig`).
 _JUDGE_OPTIONS = (
     "k",
     "min_episode_similarity",
