@@ -59,7 +59,11 @@ class GuidelineValidator:
     # -- which cases -----------------------------------------------------------------
 
     def cases_for(self, g: Guideline) -> list[str]:
-        """Seen feedback ids a guideline could affect: its sources first, then neighbors."""
+        """Seen feedback ids a guideline could affect: its sources first, then neighbors.
+
+        The neighbors: the `NEIGHBORS_PER_GUIDELINE` seen cases nearest the guideline with
+        a score none of its sources has, then as many of the nearest other non-sources.
+        """
         mem = self.memory
         if mem.config.validate_guidelines == "all":
             rest = [i for i in mem.store.feedback_ids() if i not in g.source_ids]
@@ -75,12 +79,15 @@ class GuidelineValidator:
         near = mem.retrieve(
             vectors[ids.index(g.id)], k=4 * NEIGHBORS_PER_GUIDELINE + 4, floors=False
         )
-        others = [
-            e.feedback_id
-            for e in near
-            if e.feedback_id not in g.source_ids and format_value(e.value) not in values
-        ]
-        return [*g.source_ids, *others[:NEIGHBORS_PER_GUIDELINE]]
+        near_ids = [e.feedback_id for e in near if e.feedback_id not in g.source_ids]
+        scores = {e.feedback_id: format_value(e.value) for e in near}
+        others = [i for i in near_ids if scores[i] not in values][:NEIGHBORS_PER_GUIDELINE]
+        # And the nearest cases it was not drawn from, whatever their score: where a rule
+        # is over-applied. On support-apology (seed 1) the sources held both verdicts, so
+        # no case had "another score", and the apology rule was kept without being tried
+        # on a calm customer; the judge then failed all three good replies of the test.
+        beyond = [i for i in near_ids if i not in others][:NEIGHBORS_PER_GUIDELINE]
+        return [*g.source_ids, *others, *beyond]
 
     # -- grading ---------------------------------------------------------------------
 

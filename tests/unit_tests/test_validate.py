@@ -141,3 +141,21 @@ def test_neighbors_with_other_scores_are_checked_at_the_default_floors(make_judg
     )
     [check] = judge.align([UPSET, CALM, CALM2]).validation
     assert check.cases[0] == "upset" and sorted(check.cases[1:]) == ["calm", "calm2"]
+
+
+def test_the_nearest_non_sources_are_checked_whatever_their_score(make_judge: Any) -> None:
+    # sources with both verdicts leave no case with "another score"; the cases a rule is
+    # over-applied to (here the calm ones) must still be checked
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            rule = {"text": BROAD, "source_ids": ["upset", "calm"], "existing_id": ""}
+            return {"guidelines": [rule]}
+        return RoleResponder(judge_rule=judge_rule)(messages)
+
+    happy = fb("happy", "Thanks, all good!", "Glad to help.", True, "Friendly answer.")
+    judge = make_judge(model=ScriptedChatModel(responder=respond), validate_guidelines="sources")
+    [check] = judge.align([UPSET, CALM, CALM2, happy]).validation
+    assert check.cases[:2] == ["upset", "calm"] and sorted(check.cases[2:]) == ["calm2", "happy"]
+    # BROAD fails every case: it fixes "upset" and breaks the three calm ones
+    assert check.fixed == ["upset"] and sorted(check.broken) == ["calm", "calm2", "happy"]
+    assert check.action == "dropped" and judge.guidelines == []
