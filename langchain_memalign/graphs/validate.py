@@ -3,7 +3,8 @@
 Measured on the local 1.5B model, a correct-looking rule ("A reply to an upset customer
 must open with an apology.") made the judge fail a calm customer and a reply that does
 open with an apology. So after `merge`, the seen cases each new guideline could affect
-(its sources and the nearest seen cases with other scores, or every seen case) are
+(its sources, the nearest seen cases with other scores and the nearest other
+non-sources, or every seen case) are
 graded twice with the memory as it now is, expert-verdict reuse off and each case's own
 episode left out of its retrieval: once without the new guidelines and once with them.
 A guideline that breaks more expert verdicts than it fixes is narrowed once by the
