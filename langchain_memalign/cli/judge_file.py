@@ -32,26 +32,10 @@ EXIT_USAGE = 2
 
 DEFAULT_CONFIG = "memalign.toml"
 # The judge options a file may set: every `JudgeConfig` field but `name`, `instructions`
-# and `scale`, which are keys of their own (tests pin the list to `JudgeConfig`).
-_JUDGE_OPTIONS = (
-    "k",
-    "min_episode_similarity",
-    "min_episode_similarity_with_rationale",
-    "embed",
-    "guideline_token_budget",
-    "episode_max_chars",
-    "embed_max_chars",
-    "reflect_batch_size",
-    "hnsw_threshold",
-    "hnsw_ef_search",
-    "reuse_expert_verdicts",
-    "max_retries",
-    "source_support",
-    "validate_guidelines",
-    "validate_max_calls",
-    "reflect_contrast",
-    "judge_prompt",
-    "pairwise_mode",
+# and `scale`, which are keys of their own. Derived, so a new option cannot be forgotten
+# here; `JudgeFile` declares each with its type (a test checks that it does).
+_JUDGE_OPTIONS = tuple(
+    f for f in JudgeConfig.model_fields if f not in ("name", "instructions", "scale")
 )
 # TOML has no null: "off" turns these off (None in `JudgeConfig`).
 OFF = "off"
