@@ -8,6 +8,22 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from langchain_memalign.scale import Scale
 
+# The value (and default) of a similarity floor that is chosen by the judge's scale.
+AUTO = "auto"
+FLOORS = ("min_episode_similarity", "min_episode_similarity_with_rationale")
+
+
+def default_floor(scale: Scale) -> float | None:
+    """The similarity floor for past cases when none is given: by the kind of scale.
+
+    Numeric scales show the k nearest past cases whatever their similarity: their scores
+    anchor the judge on the scale (on prometheus, 1-5, the local 1.5B judge's mean absolute
+    error fell from 2.15 unaligned to 1.68; docs/benchmarks.md). Verdict scales keep the
+    near duplicates only: there a small judge copies the verdicts it is shown whether or
+    not the cases are alike.
+    """
+    return None if scale.kind == "numeric" else 0.9
+
 
 class JudgeConfig(BaseModel):
     """Everything that defines a judge apart from its models and its memory."""
@@ -22,7 +38,10 @@ class JudgeConfig(BaseModel):
     min_episode_similarity: float | None = Field(
         default=0.9, ge=-1.0, le=1.0,
         description="Cosine similarity below which a retrieved past case is left out of "
-        "the judge prompt. A small judge model copies the verdicts of the past cases it is "
+        "the judge prompt. Default (or \"auto\"): 0.9, and None on numeric scales, where "
+        "the past cases' scores anchor the judge on the scale (prometheus, 1-5: mean "
+        "absolute error 1.68 shown against 2.15 unaligned; docs/benchmarks.md). "
+        "On the other scales a small judge model copies the verdicts of the past cases it is "
         "shown, related or not, and on the team's four data sets a case's nearest other "
         "case agrees with its verdict no more often than chance unless it is a near "
         "duplicate (same question: similarity >= 0.9 with MiniLM; "
@@ -35,7 +54,8 @@ class JudgeConfig(BaseModel):
         default=0.9, ge=-1.0, le=1.0,
         description="The floor for past cases that carry the expert's rationale, which "
         "say why the verdict was given (`min_episode_similarity` is the floor for the "
-        "others, bare verdicts). None shows them down to the k nearest. Kept at 0.9 by "
+        "others, bare verdicts), with the same default by scale (\"auto\"). None shows them "
+        "down to the k nearest. Kept at 0.9 by "
         "measurement: showing them helped where rationales state a rule (support-apology) "
         "and hurt where they remark on one case (feedbackqa; docs/benchmarks.md).",
     )  # fmt: skip
@@ -116,6 +136,22 @@ class JudgeConfig(BaseModel):
         "first, and 'both_orders' answered tie to 90% of a balanced set "
         "(docs/benchmarks.md).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _floors_by_scale(cls, data: Any) -> Any:
+        # A default that depends on another field: pydantic's defaults cannot, so an unset
+        # floor (or "auto") is filled in here, from the scale, before validation.
+        if not isinstance(data, dict) or "scale" not in data:
+            return data
+        unset = [f for f in FLOORS if data.get(f, AUTO) == AUTO]
+        if not unset:
+            return data
+        try:
+            floor = default_floor(Scale.of(data["scale"]))
+        except (TypeError, ValueError):
+            return data  # the scale's own validator names the problem
+        return {**data, **dict.fromkeys(unset, floor)}
 
     @model_validator(mode="before")
     @classmethod

@@ -74,11 +74,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
         k: Past cases retrieved per judgment.
         min_episode_similarity: Similarity a retrieved past case without a rationale
-            needs to be shown (default 0.9: near duplicates, e.g. the same question, and
-            the cases the experts graded; `None`: the `k` nearest whatever their
-            similarity).
-        min_episode_similarity_with_rationale: The same floor for past cases that
-            carry the expert's rationale (`JudgeConfig`).
+            needs to be shown. `"auto"` (default): 0.9 (near duplicates, e.g. the same
+            question, and the cases the experts graded), except on numeric scales, where
+            it is `None` (the `k` nearest whatever their similarity, whose scores
+            calibrate the judge).
+        min_episode_similarity_with_rationale: The same floor, with the same
+            default, for past cases that carry the expert's rationale (`JudgeConfig`).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
@@ -121,8 +122,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         *,
         scale: ScaleSpec = bool,
         k: int = 5,
-        min_episode_similarity: float | None = 0.9,
-        min_episode_similarity_with_rationale: float | None = 0.9,
+        min_episode_similarity: float | Literal["auto"] | None = "auto",
+        min_episode_similarity_with_rationale: float | Literal["auto"] | None = "auto",
         reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
         rate_limiter: BaseRateLimiter | None = None,

@@ -612,7 +612,12 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     assert stored["min_episode_similarity_with_rationale"] == 0.5
     assert stored["judge_prompt"] == "checklist" and stored["validate_guidelines"] == "all"
     assert stored["reuse_expert_verdicts"] is False
-    assert stored["min_episode_similarity"] == 0.9  # unset: the default
+    assert stored["min_episode_similarity"] == 0.9  # unset: the default of a bool scale
+    env.config.write_text(CONFIG.replace('"bool"', "[1, 5]").replace('"mem"', '"mem5"'))
+    assert env.run("create")[0] == EXIT_OK
+    stored = memory_summary(env.tmp / "mem5")["config"]
+    assert stored["min_episode_similarity"] is None  # and of a numeric scale
+    assert stored["min_episode_similarity_with_rationale"] is None
     env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
     code, _, err = env.run("create")
     assert code == EXIT_USAGE and "pairwise_mode" in err

@@ -10,6 +10,7 @@ import inspect
 import langchain_memalign
 import langchain_memalign.langsmith
 from langchain_memalign import JudgeConfig, MemAlignJudge
+from langchain_memalign.config import AUTO, FLOORS
 
 EXPECTED_ALL = [
     "AlignFailedError",
@@ -84,11 +85,12 @@ def test_judge_options_are_keyword_only_with_the_config_defaults() -> None:
     assert positional == ["name", "instructions", "model", "embeddings"]
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
     # every JudgeConfig option is a keyword of the constructor, with the same default
+    # (the similarity floors: "auto", which JudgeConfig resolves from the scale)
     for field, info in JudgeConfig.model_fields.items():
         if field in ("name", "instructions", "scale"):
             continue
         assert params[field].kind is inspect.Parameter.KEYWORD_ONLY, field
-        assert params[field].default == info.default, field
+        assert params[field].default == (AUTO if field in FLOORS else info.default), field
 
 
 def test_the_core_loads_without_the_toolkits() -> None:

@@ -107,6 +107,33 @@ def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> No
     }  # fmt: skip
 
 
+def test_numeric_scales_show_the_nearest_past_cases_by_default(make_judge: Any) -> None:
+    # Unset floors ("auto"): the k nearest on a 1-5 scale (their scores calibrate the
+    # judge), only near duplicates on a verdict scale.
+    numbered = [fb.model_copy(update={"value": 2 if fb.value is False else 5})
+                for fb in (SWEATER, HOURS, RUDE)]  # fmt: skip
+    query = "What are your opening hours on Saturday?"
+    shown = {}
+    for scale, cases in (((1, 5), numbered), (bool, [SWEATER, HOURS, RUDE])):
+        judge = make_judge(
+            k=3, scale=scale, min_episode_similarity="auto",
+            min_episode_similarity_with_rationale="auto",
+        )  # fmt: skip
+        judge.align(cases)
+        floors = (judge.config.min_episode_similarity,
+                  judge.config.min_episode_similarity_with_rationale)  # fmt: skip
+        shown[scale] = (floors, len(judge.memory.retrieve(judge.memory.embed([query])[0])))
+        judge.close()
+    assert shown[(1, 5)] == ((None, None), 3)
+    assert shown[bool] == ((0.9, 0.9), 0)  # the fake embeddings put none near 0.9
+    # a floor given explicitly is kept on a numeric scale
+    kept = make_judge(
+        scale=(1, 5), min_episode_similarity=0.5, min_episode_similarity_with_rationale="auto"
+    )
+    assert kept.config.min_episode_similarity == 0.5
+    assert kept.config.min_episode_similarity_with_rationale is None
+
+
 def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
     judge = make_judge()
     judge.align([SWEATER, HOURS])

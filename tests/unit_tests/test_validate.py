@@ -59,6 +59,16 @@ def test_a_guideline_that_breaks_more_than_it_fixes_is_dropped(make_judge: Any) 
     assert judge.history()[-1]["action"] == "validate"
 
 
+def test_a_guideline_that_fixes_as_many_as_it_breaks_is_kept(make_judge: Any) -> None:
+    # Measured: dropping ties changed nothing on support-apology (no tie in two runs, while
+    # identical runs disagreed on the apology rule itself); see docs/benchmarks.md.
+    judge, _, _ = make(make_judge)
+    report = judge.align([UPSET, CALM])
+    [check] = report.validation
+    assert check.fixed == ["upset"] and check.broken == ["calm"]
+    assert check.action == "kept" and [g.text for g in judge.guidelines] == [BROAD]
+
+
 def test_a_guideline_is_narrowed_when_the_narrower_rule_stops_breaking(make_judge: Any) -> None:
     judge, responder, _ = make(make_judge)
     responder.narrowed_text = NARROW
