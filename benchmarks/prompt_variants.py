@@ -5,12 +5,15 @@ then judges a scenario's test and seen cases with expert-verdict reuse off under
 variant of the judge prompt:
 
 - `checklist`: guidelines and past cases before the case (human message); the rationale
-  first names the guidelines whose condition the case meets (the default);
+  first names the guidelines whose condition the case meets;
 - `plain`: the same, with a plain short rationale;
 - `system`: guidelines and past cases in the system message, the case alone in the human
   message;
 - `rules_last`: past cases, then the case, then the guidelines right before the answer;
-- `episodes_only` / `guidelines_only`: one memory withheld (what each part contributes).
+- `episodes_only` / `guidelines_only`: one memory withheld (what each part contributes);
+- `default_turns`: the package's default layout as it is now (`judge_prompt="turns"`);
+- `breaks_fail`: the default plus one sentence: an output that breaks a guideline whose
+  condition its case meets does not meet the criteria.
 
     .venv/bin/python benchmarks/prompt_variants.py MEMORY_FOLDER ../shared/scenarios/support-apology \
         --repeats 2 --out benchmarks/results/quality/prompt_variants_support_apology.json
@@ -118,7 +121,28 @@ def styled(style: str) -> Builder:
     return build
 
 
+# Tried in the fifth session of Nov 24: the 1.5B judge wrote "does not open with an
+# apology" of an upset customer's reply and still scored it true, as if the guidelines were
+# not part of "the criteria"; this sentence ties them to the verdict.
+BREAKS_FAIL = (
+    "An output that breaks a guideline whose condition its case meets does not meet the "
+    "criteria, however good it is otherwise.\n"
+)
+
+
+def breaks_fail_variant(instructions, scale, case, guidelines, episodes, max_chars, style="turns"):  # type: ignore[no-untyped-def]
+    msgs = ORIGINAL(instructions, scale, case, guidelines, episodes, max_chars, "turns")
+    if guidelines:  # right after the list of guidelines in the system message
+        last = f"- {guidelines[-1].text}\n"
+        text = str(msgs[0].content)
+        at = text.index(last) + len(last)
+        msgs[0] = SystemMessage(content=text[:at] + BREAKS_FAIL + text[at:])
+    return msgs
+
+
 VARIANTS: dict[str, Builder] = {
+    "default_turns": styled("turns"),
+    "breaks_fail": breaks_fail_variant,
     "checklist": styled("checklist"),
     "plain": styled("plain"),
     "system": system_variant,

@@ -18,9 +18,9 @@ def default_floor(scale: Scale) -> float | None:
 
     Numeric scales show the k nearest past cases whatever their similarity: their scores
     anchor the judge on the scale (on prometheus, 1-5, the local 1.5B judge's mean absolute
-    error fell from 2.15 unaligned to 1.68; docs/benchmarks.md). Verdict scales keep the
-    near duplicates only: there a small judge copies the verdicts it is shown whether or
-    not the cases are alike.
+    error fell from 2.06 unaligned to 1.68 over two seeds; docs/benchmarks.md). Verdict
+    scales keep the near duplicates only: there a small judge copies the verdicts it is
+    shown whether or not the cases are alike.
     """
     return None if scale.kind == "numeric" else 0.9
 
@@ -39,8 +39,8 @@ class JudgeConfig(BaseModel):
         default=0.9, ge=-1.0, le=1.0,
         description="Cosine similarity below which a retrieved past case is left out of "
         "the judge prompt. Default (or \"auto\"): 0.9, and None on numeric scales, where "
-        "the past cases' scores anchor the judge on the scale (prometheus, 1-5: mean "
-        "absolute error 1.68 shown against 2.15 unaligned; docs/benchmarks.md). "
+        "the past cases' scores anchor the judge on the scale (prometheus, 1-5, two "
+        "seeds: mean absolute error 1.68 against 2.06 unaligned; docs/benchmarks.md). "
         "On the other scales a small judge model copies the verdicts of the past cases it is "
         "shown, related or not, and on the team's four data sets a case's nearest other "
         "case agrees with its verdict no more often than chance unless it is a near "
