@@ -74,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     name, protocol = source["dataset"], source["protocol"]
     entry = source["seeds"][str(a.seed)]["entries"][f"{a.system}@{a.stage}"]
     split = source["seeds"][str(a.seed)]["split"]
-    memory = a.result.parent / "work" / name / f"seed{a.seed}" / a.system / f"stage{a.stage}"
+    # quality.py saves a tagged run's memories under work/<dataset>_<tag>, the result file's
+    # own name without "quality_"
+    folder = a.result.stem.removeprefix("quality_")
+    memory = a.result.parent / "work" / folder / f"seed{a.seed}" / a.system / f"stage{a.stage}"
     if not memory.is_dir():
         raise SystemExit(f"no saved memory at {memory}")
 

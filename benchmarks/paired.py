@@ -41,7 +41,7 @@ def load(spec: str) -> tuple[str, str, dict[str, Any], list[tuple[int, dict[str,
 
 
 def score(p: dict[str, Any], numeric: bool) -> tuple[float, float | None]:
-    """(right or not, absolute error) of one prediction; a failure is wrong, error max."""
+    """(right or not, absolute error) of one prediction; a failure is wrong, without error."""
     right = float(p["judge"] is not None and str(p["judge"]) == str(p["human"]))
     if not numeric:
         return right, None

@@ -153,10 +153,10 @@ async def test_aevaluate_end_to_end_without_upload(
     rows = [row async for row in results]
     _check(_results(rows), 2, judge)
     # aevaluate itself uploads the target's runs even without upload_results (langsmith
-    # 0.15), from a background queue: flush it first (on a loaded machine the assertion
-    # below otherwise ran before the runs arrived). The judge uploads nothing: no
-    # feedback, no judge run.
-    client.flush()
+    # 0.15), from a background thread: wait for them (on a loaded machine the assertion
+    # below otherwise ran before they arrived). The judge uploads nothing: no feedback,
+    # no judge run.
+    assert server.wait_for(lambda: bool(server.runs), timeout=30)
     assert not server.feedback and not server.requests_to("/feedback")
     assert {r["name"] for r in server.runs.values()} == {"AsyncTarget"}
     assert len(server.requests) > before
