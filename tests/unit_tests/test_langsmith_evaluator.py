@@ -152,14 +152,13 @@ async def test_aevaluate_end_to_end_without_upload(
     )
     rows = [row async for row in results]
     _check(_results(rows), 2, judge)
-    # aevaluate itself uploads the target's runs even without upload_results (langsmith
-    # 0.15), from a background thread: wait for them (on a loaded machine the assertion
-    # below otherwise ran before they arrived). The judge uploads nothing: no feedback,
-    # no judge run.
-    assert server.wait_for(lambda: bool(server.runs), timeout=30)
+    # The judge uploads nothing: no feedback, no judge run. (aevaluate itself uploaded
+    # the target's runs without upload_results in langsmith 0.15.0, and not in 0.15.1:
+    # either is fine here.)
+    client.flush()
     assert not server.feedback and not server.requests_to("/feedback")
-    assert {r["name"] for r in server.runs.values()} == {"AsyncTarget"}
-    assert len(server.requests) > before
+    assert {r["name"] for r in server.runs.values()} <= {"AsyncTarget"}
+    assert len(server.requests) > before  # it read the dataset
 
 
 def test_categorical_verdicts_are_values(model: ScriptedChatModel) -> None:
