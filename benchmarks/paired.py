@@ -43,9 +43,7 @@ def load(spec: str) -> tuple[str, str, dict[str, Any], list[tuple[int, dict[str,
 def score(p: dict[str, Any], numeric: bool) -> tuple[float, float | None]:
     """(right or not, absolute error) of one prediction; a failure is wrong, without error."""
     right = float(p["judge"] is not None and str(p["judge"]) == str(p["human"]))
-    if not numeric:
-        return right, None
-    if p["judge"] is None:
+    if not numeric or p["judge"] is None:
         return right, None
     return right, abs(float(p["judge"]) - float(p["human"]))
 
@@ -62,6 +60,14 @@ def paired(a: dict[tuple[int, str], tuple[float, float | None]],
     rng = random.Random(0)
     means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(n))
     return sum(diffs) / len(diffs), means[int(0.025 * n)], means[int(0.975 * n) - 1]
+
+
+def shown(diff: tuple[float, float, float] | None) -> str:
+    """A paired difference with its interval, or a dash when no case is shared."""
+    if diff is None:
+        return "–"
+    d, lo, hi = diff
+    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
 def main() -> None:
@@ -114,11 +120,9 @@ def main() -> None:
     for name, cases in per_case.items():
         if name == args.against:
             continue
-        acc = paired(cases, base, 0)
-        err = paired(cases, base, 1) if numeric else None
-        shown = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" if d is not None else "–"
-                 for d, lo, hi in ((x if x else (None, 0, 0)) for x in (acc, err))]  # fmt: skip
-        lines.append(f"| {name} | {len(cases.keys() & base.keys())} | {shown[0]} | {shown[1]} |")
+        acc = shown(paired(cases, base, 0))
+        err = shown(paired(cases, base, 1)) if numeric else "–"
+        lines.append(f"| {name} | {len(cases.keys() & base.keys())} | {acc} | {err} |")
     lines += ["", "From: " + "; ".join(sources) + "."]
     text = "\n".join(lines) + "\n"
     Path(args.md).write_text(text)

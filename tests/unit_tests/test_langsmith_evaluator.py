@@ -155,7 +155,6 @@ async def test_aevaluate_end_to_end_without_upload(
     # The judge uploads nothing: no feedback, no judge run. (aevaluate itself uploaded
     # the target's runs without upload_results in langsmith 0.15.0, and not in 0.15.1:
     # either is fine here.)
-    client.flush()
     assert not server.feedback and not server.requests_to("/feedback")
     assert {r["name"] for r in server.runs.values()} <= {"AsyncTarget"}
     assert len(server.requests) > before  # it read the dataset
