@@ -67,6 +67,62 @@ def truncate(text: str, max_chars: int) -> str:
     return text[: max_chars - len(CUT_MARK)].rstrip() + CUT_MARK
 
 
+# What `truncate_middle` puts where it cut the middle out of a text.
+MIDDLE_MARK = " [...] "
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """Cut `text` to `max_chars` by removing its middle, marking the cut.
+
+    A case's ends say the most: a conversation's last turn is the question being
+    answered, an answer's last lines its conclusion; a head-only cut loses both.
+    """
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    keep = max_chars - len(MIDDLE_MARK)
+    if keep < 40:  # too short to show two useful ends
+        return truncate(text, max_chars)
+    head = (keep + 1) // 2
+    return text[:head].rstrip() + MIDDLE_MARK + text[len(text) - (keep - head) :].lstrip()
+
+
+def fair_shares(sizes: Sequence[int], total: int) -> list[int]:
+    """Split `total` characters among texts of these sizes.
+
+    A text shorter than an equal share keeps all of it and leaves the rest to the
+    longer ones (water-filling), so no room is wasted on a short field while a long
+    one is cut.
+    """
+    shares = [0] * len(sizes)
+    left = max(0, total)
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    for n, i in enumerate(order):
+        shares[i] = min(sizes[i], left // (len(order) - n))
+        left -= shares[i]
+    return shares
+
+
+def render_within(value: Any, max_chars: int) -> str:
+    """`render(value)` cut to about `max_chars`, every field of a mapping keeping a share.
+
+    Cutting the rendered text of `{"instruction": <long>, "rubric": ...}` would show only
+    the instruction's first lines; a past case is useful only if each field shows.
+    """
+    text = render(value)
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    if not (isinstance(value, Mapping) and len(value) > 1):
+        return truncate_middle(text, max_chars)
+    fields = [(f"{k}: ", render(v)) for k, v in value.items()]
+    markup = sum(len(label) for label, _ in fields) + len(fields) - 1
+    shares = fair_shares([len(v) for _, v in fields], max_chars - markup)
+    return "\n".join(
+        # A field left no room at all still says it was there and was cut.
+        label + (truncate_middle(v, share) if share > 0 else CUT_MARK)
+        for (label, v), share in zip(fields, shares, strict=True)
+    )
+
+
 def estimate_tokens(text: str) -> int:
     """Estimate tokens without a tokenizer (about four characters a token)."""
     return (len(text) + 3) // 4

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_memalign._text import render, truncate
+from langchain_memalign._text import fair_shares, render, render_within, truncate
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
@@ -138,14 +138,20 @@ def _budgeted(ep: Episode, max_chars: int) -> tuple[str, dict[str, str]]:
     """An episode's rationale and case text, cut to `max_chars` in all.
 
     The verdict and rationale are what the episode teaches: they get their share of
-    the budget first, the case text gets the rest.
+    the budget first, the case text gets the rest, shared so that a short part leaves
+    its room to the long ones and every field of a part shows (`render_within`).
     """
     parts = {"inputs": ep.inputs, "outputs": ep.outputs}
     if ep.reference_outputs is not None:
         parts["reference_outputs"] = ep.reference_outputs
     reason = truncate(ep.rationale or "", max_chars // 3)
-    room = max(60, (max_chars - len(reason)) // len(parts))
-    return reason, {key: truncate(render(value), room) for key, value in parts.items()}
+    sizes = [len(render(value)) for value in parts.values()]
+    room = max(max_chars - len(reason), 60 * len(parts))
+    shares = fair_shares(sizes, room)
+    return reason, {
+        key: render_within(value, share)
+        for (key, value), share in zip(parts.items(), shares, strict=True)
+    }
 
 
 def _episode_block(ep: Episode, max_chars: int, *, verdict_first: bool = False) -> str:

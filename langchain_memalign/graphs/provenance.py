@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from langchain_memalign._text import CUT_MARK, render
+from langchain_memalign._text import CUT_MARK, MIDDLE_MARK, render
 from langchain_memalign.feedback import Feedback
 
 # A cited source is kept when it is at least this close to the best-supporting one, so
@@ -22,7 +22,9 @@ SUPPORT_RELATIVE = 0.75
 # Words in a row shared with one case's text that make a guideline a case summary.
 COPIED_RUN = 5
 
-_WORD = re.compile(r"[a-z0-9']+")
+# A word may hold apostrophes ("isn't"), but quotes around it are not part of it: a
+# guideline that quotes 'FlexPower' where the rationale wrote "FlexPower" still copies it.
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 
 
 def _words(text: str) -> list[str]:
@@ -38,15 +40,15 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
 
     True when it repeats `COPIED_RUN` words in a row of one source's inputs or outputs,
     or a number that appears in that case: details of one case do not generalize. Also
-    when it ends in the "..." that marks a text the prompt cut: asked to keep the experts'
-    own words, the local 1.5B model copied a cut rationale whole ("Annotator 2 (Bad):
-    This answer has noth..."). And when it copies two or more sentences of one source's
+    when it ends in the "..." that marks a text the prompt cut (or holds the "[...]" of
+    a middle cut): asked to keep the experts' own words, the local 1.5B model copied a
+    cut rationale whole ("Annotator 2 (Bad): This answer has noth..."). And when it copies two or more sentences of one source's
     rationale word for word: a rule quoted from the experts is one sentence ("Replies to
     upset customers must start by apologizing."); several are a remark about that case
     (kept on feedbackqa: "Annotator 1 (Bad): There isn't a lot of information here.
     There is nothing in the answer about checking with the operator.").
     """
-    if text.rstrip().endswith((CUT_MARK, "\u2026")):
+    if text.rstrip().endswith((CUT_MARK, "\u2026")) or MIDDLE_MARK.strip() in text:
         return True
     if any(_copies_remark(text, fb.rationale) for fb in sources if fb.rationale):
         return True

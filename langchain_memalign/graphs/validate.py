@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.prompts import format_value, narrow_messages
+from langchain_memalign.graphs.provenance import restates_case
 from langchain_memalign.graphs.schemas import GuidelineText
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -217,6 +218,12 @@ class GuidelineValidator:
             return None, getattr(e, "usage", None) or Usage(llm_calls=1)
         text = " ".join(out.text.split())
         if not text or text == g.text:
+            return None, usage
+        # The checks a proposal passes hold for its narrowing too: shown the cases, the
+        # local 1.5B model "narrowed" a prometheus rule into a summary of one of them
+        # ("The assistant was asked to ... fewer than 10 words."), which then fixed and
+        # broke nothing and was kept. No grading is spent on such a text.
+        if restates_case(text, [*supporting, *(feedback[b] for b in broken)]):
             return None, usage
         candidate = g.model_copy(update={"text": text})
         cases = [feedback[c] for c in checked]

@@ -196,6 +196,26 @@ def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any, style:
     assert len(memory) < 450 and "..." in memory
 
 
+@pytest.mark.parametrize("style", ["turns", "plain"])
+def test_a_long_past_case_shows_every_field_and_both_ends(
+    make_judge: Any, model: Any, style: str
+) -> None:
+    # A head-only cut of {"instruction": <long dialogue>, "rubric": ...} showed only the
+    # dialogue's first lines: neither the last question nor the rubric the score means.
+    judge = make_judge(episode_max_chars=900, judge_prompt=style)
+    dialogue = "User: first question. " + "Assistant: a long answer. " * 60 + "User: LAST QUESTION?"
+    case = SWEATER.model_copy(
+        update={"id": "long", "inputs": {"instruction": dialogue, "rubric": "Score 1: RUBRIC."}}
+    )
+    judge.align([case])
+    judge.invoke(CASE)
+    msgs = model.calls[-1]
+    memory = "".join(str(m.content) for m in msgs[1:])  # past case(s) and the short case
+    assert "User: first question." in memory and "LAST QUESTION?" in memory
+    assert "rubric: Score 1: RUBRIC." in memory and " [...] " in memory
+    assert len(memory) < 2_500
+
+
 def test_unaligned_judge_prompt_has_no_memory_section(make_judge: Any, model: Any) -> None:
     make_judge().invoke(CASE)
     assert "<memory>" not in model.calls[-1][1].content

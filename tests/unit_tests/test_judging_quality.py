@@ -13,7 +13,7 @@ from conftest import fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import MemAlignJudge
-from langchain_memalign._text import tidy_rationale
+from langchain_memalign._text import fair_shares, render_within, tidy_rationale, truncate_middle
 from langchain_memalign.config import JudgeConfig
 from langchain_memalign.graphs.alignment import mixed_batches
 from langchain_memalign.graphs.judge import split_outputs, swap_outputs
@@ -189,6 +189,33 @@ def test_tidy_rationale() -> None:
     assert cut == "First sentence here."
     stump = tidy_rationale("word " * 200, 100)
     assert stump.endswith("…") and len(stump) <= 101 and "wor…" not in stump
+
+
+def test_fair_shares_give_short_texts_what_they_need_and_split_the_rest() -> None:
+    assert fair_shares([10, 1_000, 1_000], 310) == [10, 150, 150]
+    assert fair_shares([10, 20], 100) == [10, 20]
+    assert fair_shares([500, 100, 500], 300) == [100, 100, 100]
+    assert sum(fair_shares([7, 300, 41, 999], 400)) == 400
+    assert fair_shares([5, 5], -3) == [0, 0]
+
+
+def test_truncate_middle_keeps_both_ends() -> None:
+    text = "START " + "x" * 500 + " END"
+    cut = truncate_middle(text, 100)
+    assert len(cut) <= 100 and cut.startswith("START") and cut.endswith("END") and "[...]" in cut
+    assert truncate_middle("short", 100) == "short"
+    assert truncate_middle(text, 20) == text[:17] + "..."  # too short for two ends
+
+
+def test_render_within_keeps_every_field_of_a_mapping() -> None:
+    value = {"instruction": "I" * 1_000 + " last words", "rubric": "R" * 1_000, "id": "x1"}
+    text = render_within(value, 400)
+    lines = text.split("\n")
+    assert [line.split(":")[0] for line in lines] == ["instruction", "rubric", "id"]
+    assert lines[2] == "id: x1" and lines[0].endswith("last words")
+    assert len(text) <= 400
+    assert render_within(value, 40).count("...") == 2  # no room: the fields say they were cut
+    assert render_within({"a": "b"}, 400) == "b"  # as render() shows it
 
 
 def test_judge_rationale_is_tidied(make_judge: Any) -> None:

@@ -28,6 +28,7 @@ def test_restates_case_catches_copied_runs_and_numbers() -> None:
     assert not restates_case("Give a score of 1 to off-topic replies.", [fb("x", "1", "1", 1)])
     # a rationale the prompt cut, copied whole
     assert restates_case("Annotator 2 (Bad): This answer has noth...", [CALM])
+    assert restates_case("Annotator 2 (Bad): This answer [...] is wrong.", [CALM])
     assert not restates_case("Answers that trail off mid-sentence are Bad.", [CALM])
 
 
@@ -46,6 +47,11 @@ def test_restates_case_catches_a_copied_remark_but_not_a_quoted_rule() -> None:
     assert not restates_case(
         "The customer is angry and the reply does not open with an apology.", [UPSET]
     )
+    # quotes are not part of a word: 'FlexPower' copies "FlexPower" (seen on prometheus)
+    ad = fb("ad", "Add an ad.", "FlexPower rocks", True,
+            'The reply names "FlexPower" in the headline. It is short and casual.')  # fmt: skip
+    quoted = "The reply names 'FlexPower' in the headline. It is short and casual."
+    assert restates_case(quoted, [ad])
 
 
 def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:

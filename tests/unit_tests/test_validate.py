@@ -81,6 +81,16 @@ def test_a_guideline_is_narrowed_when_the_narrower_rule_stops_breaking(make_judg
     assert [v["score"] for v in verdicts] == [False, True]
 
 
+def test_a_narrowing_that_restates_a_case_is_dropped_without_grading(make_judge: Any) -> None:
+    judge, responder, model = make(make_judge)
+    # the model "narrows" the rule into a summary of the broken case
+    responder.narrowed_text = "When asked what time do you close, pass the reply."
+    report = judge.align([UPSET, CALM, CALM2])
+    [check] = report.validation
+    assert check.action == "dropped" and judge.guidelines == []
+    assert judge_calls(model) == 6  # with and without the rule; the narrowing is not graded
+
+
 def test_validation_respects_its_call_budget(make_judge: Any) -> None:
     judge, _, model = make(make_judge, validate_max_calls=2)
     report = judge.align([UPSET, CALM, CALM2])
