@@ -42,9 +42,10 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
     or a number that appears in that case: details of one case do not generalize. Also
     when it ends in the "..." that marks a text the prompt cut (or holds the "[...]" of
     a middle cut): asked to keep the experts' own words, the local 1.5B model copied a
-    cut rationale whole ("Annotator 2 (Bad): This answer has noth..."). And when it copies two or more sentences of one source's
-    rationale word for word: a rule quoted from the experts is one sentence ("Replies to
-    upset customers must start by apologizing."); several are a remark about that case
+    cut rationale whole ("Annotator 2 (Bad): This answer has noth..."). And when it
+    copies two or more sentences of one source's rationale word for word: a rule quoted
+    from the experts is one sentence ("Replies to upset customers must start by
+    apologizing."); several are a remark about that case
     (kept on feedbackqa: "Annotator 1 (Bad): There isn't a lot of information here.
     There is nothing in the answer about checking with the operator.").
     """
