@@ -17,6 +17,7 @@ score can be compared:
         --n 24 --out benchmarks/results/quality/scale_wording_prometheus.json
     python benchmarks/scale_wording.py --summarize RESULT.json [...] --md OUT.md
 
+`--memory FOLDER` judges with a copy of a saved (aligned) memory instead of unaligned.
 `--summarize` tabulates result files: per variant its verdicts, accuracy and error, and
 its paired difference from the file's default (else first) variant on the same cases
 (bootstrap 95%).
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -129,6 +132,9 @@ def main() -> None:
     p.add_argument("--embedding-model", default="minilm")
     p.add_argument("--judge-max-tokens", type=int, default=400)
     p.add_argument("--reflect-max-tokens", type=int, default=1200)
+    p.add_argument(
+        "--memory", type=Path, help="judge with this saved memory (a copy) instead of unaligned"
+    )
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
     path = a.data_dir / FILES[a.dataset]
@@ -141,16 +147,23 @@ def main() -> None:
     result: dict[str, Any] = {
         "dataset": a.dataset,
         "seed": a.seed,
+        "memory": str(a.memory) if a.memory else None,
         "case_ids": [fb.id for fb in cases],
         "labels": {fb.id: fb.value for fb in cases},
         "variants": {},
     }
     for name in a.variants.split(","):
         apply(name.split("#")[0])  # "default#2": the same variant again (run-to-run noise)
-        judge = MemAlignJudge(
-            name=a.dataset, instructions=spec.instructions, model=judge_llm, embeddings=emb,
-            scale=spec.scale, reuse_expert_verdicts=False,
-        )  # fmt: skip
+        if a.memory is not None:
+            # A copy: judging writes to the memory's folder, the saved one must stay as it is.
+            scratch = Path(tempfile.mkdtemp()) / "memory"
+            shutil.copytree(a.memory, scratch)
+            judge = MemAlignJudge.load(scratch, judge_llm, emb, reuse_expert_verdicts=False)
+        else:
+            judge = MemAlignJudge(
+                name=a.dataset, instructions=spec.instructions, model=judge_llm, embeddings=emb,
+                scale=spec.scale, reuse_expert_verdicts=False,
+            )  # fmt: skip
         started = time.time()
         out = judge.batch(
             [{"inputs": fb.inputs, "outputs": fb.outputs,
