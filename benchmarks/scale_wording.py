@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import FILES, dataset_spec, load_jsonl
-from paired import paired, shown
+from paired import paired, score, shown
 from provenance import file_sha256, run_info
 from quality import split
 from side_by_side import build_models
@@ -85,14 +85,14 @@ def summarize(files: list[Path], md: Path) -> None:
     for f in files:
         r = json.loads(f.read_text())
         labels = r["labels"]
-        per: dict[str, dict[tuple[int, str], tuple[float, float | None]]] = {}
-        for name, v in r["variants"].items():
-            per[name] = {
-                (0, i): (float(s == labels[i]),
-                         abs(s - labels[i]) if isinstance(labels[i], int | float)
-                         and not isinstance(labels[i], bool) else None)
+        numeric = dataset_spec(r["dataset"]).scale.kind == "numeric"
+        per = {
+            name: {
+                (0, i): score({"judge": s, "human": labels[i]}, numeric)
                 for i, s in v["scores"].items() if s is not None
-            }  # fmt: skip
+            }
+            for name, v in r["variants"].items()
+        }  # fmt: skip
         # against the default prompt where the file has it (its first run), else the first
         first = next((n for n in per if n.startswith("default")), next(iter(per)))
         for name, v in r["variants"].items():

@@ -25,7 +25,7 @@ def render(value: Any) -> str:
         if len(value) == 1:
             # {"question": "..."}: the key adds nothing but noise to an embedding.
             return render(next(iter(value.values())))
-        return "\n".join(f"{k}: {render(v)}" for k, v in value.items())
+        return "\n".join(label + text for label, text in _fields(value))
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         if all(_is_message(m) for m in value):
             return "\n".join(_render_message(m) for m in value)
@@ -36,6 +36,11 @@ def render(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _fields(value: Mapping[Any, Any]) -> list[tuple[str, str]]:
+    """(label, text) of each field of a mapping, as `render` shows one of several fields."""
+    return [(f"{k}: ", render(v)) for k, v in value.items()]
 
 
 def _is_message(m: Any) -> bool:
@@ -113,7 +118,7 @@ def render_within(value: Any, max_chars: int) -> str:
         return text
     if not (isinstance(value, Mapping) and len(value) > 1):
         return truncate_middle(text, max_chars)
-    fields = [(f"{k}: ", render(v)) for k, v in value.items()]
+    fields = _fields(value)
     markup = sum(len(label) for label, _ in fields) + len(fields) - 1
     shares = fair_shares([len(v) for _, v in fields], max_chars - markup)
     return "\n".join(
