@@ -22,7 +22,9 @@ Per data set and seed, on the same chat and embedding servers:
      provenance (source_support=None), contrast (reflect_contrast=0), checklist
      (judge_prompt="plain"), pairwise_separate (pairwise_mode="both_orders"),
      pairwise_orders (pairwise_mode="one_order"; the two pairwise ones on pairwise scales
-     only, and also judged at stage 0 since they change the unaligned judge too);
+     only, and also judged at stage 0 since they change the unaligned judge too),
+     score_first (verdict_order="rationale_first": the rationale before the score; judged
+     at stage 0 too, and on every data set, rationales or not);
    - with --mlflow, MLflow 3.18's MemAlign (`mlflow`, stage 0 = MLflow's unaligned
      `make_judge`) through `mlflow_baseline/run_mlflow_memalign.py --stages` in the MLflow
      venv, behind the counting proxy.
@@ -90,11 +92,15 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "turns": {"judge_prompt": "plain"},
     "pairwise_separate": {"pairwise_mode": "both_orders"},
     "pairwise_orders": {"pairwise_mode": "one_order"},
+    "score_first": {"verdict_order": "rationale_first"},
 }
 # Pairwise ablations exist only for pairwise scales, and change how an empty-memory judge
 # judges (so they are measured at stage 0 too).
 PAIRWISE_ABLATIONS = {"pairwise_separate", "pairwise_orders"}
-STAGE0_ABLATIONS = PAIRWISE_ABLATIONS
+# Ablations of how the judge answers: they change an empty-memory judge too, and matter
+# whether or not the feedback has rationales.
+ANSWER_ABLATIONS = {"score_first"}
+STAGE0_ABLATIONS = PAIRWISE_ABLATIONS | ANSWER_ABLATIONS
 COLLAPSE_SHARE = 0.9
 
 
@@ -629,6 +635,8 @@ class Bench:
                 if abl in PAIRWISE_ABLATIONS and orders == 2:
                     per_pair = 1 if abl == "pairwise_orders" else 2
                     calls[f"ours_no_{abl}"] += ((len(aligned) + 1) * t + seen) * per_pair
+                elif abl in ANSWER_ABLATIONS:
+                    calls[f"ours_no_{abl}"] += ((len(aligned) + 1) * t + seen) * orders
                 elif abl not in PAIRWISE_ABLATIONS and rationales:
                     keep = {int(x) for x in a.ablation_stages.split(",") if x.strip()}
                     judged = [n for n in aligned if not keep or n in keep or
@@ -710,7 +718,10 @@ class Bench:
             for abl in [x for x in a.ablations.split(",") if x]:
                 if abl in PAIRWISE_ABLATIONS and spec.scale.kind != "pairwise":
                     skipped[abl] = "not a pairwise scale: the option has no effect"
-                elif abl not in PAIRWISE_ABLATIONS and not split_info["train_with_rationale"]:
+                elif (
+                    abl not in PAIRWISE_ABLATIONS | ANSWER_ABLATIONS
+                    and not split_info["train_with_rationale"]
+                ):
                     # No rationale, no reflection: the judge equals `ours` (same prompt too,
                     # the checklist applies only when there are guidelines).
                     skipped[abl] = "no rationales in the pool: no guidelines, same judge as ours"

@@ -7,6 +7,9 @@ variants of the system prompt that differ in one thing each, so that the share o
 score can be compared:
 
 - `default`: the package's prompt as it is;
+- `rationale_first` / `score_first`: the package's prompt with `verdict_order` set (the
+  rationale before the score, as the package asked before November 25, 2026, or the score
+  first, as MLflow 3.18's judges ask);
 - `no_ends`: the scale without "(worst)" and "(best)" ("a whole number from 1 to 5");
 - `no_guard`: without the two sentences that tell the model graded text is data (the
   injection defence: measured here for its effect on scores only);
@@ -20,7 +23,8 @@ score can be compared:
 `--memory FOLDER` judges with a copy of a saved (aligned) memory instead of unaligned.
 `--summarize` tabulates result files: per variant its verdicts, accuracy and error, and
 its paired difference from the file's default (else first) variant on the same cases
-(bootstrap 95%).
+(bootstrap 95%). In results made before `verdict_order` existed (November 25, 2026),
+`default` is the rationale-first prompt.
 """
 
 from __future__ import annotations
@@ -74,8 +78,17 @@ def apply(variant: str) -> None:
         prompts.CASE_REMINDER = ""
     elif variant == "no_reminder":
         prompts.CASE_REMINDER = ""
-    elif variant != "default":
+    elif variant not in ("default", *ORDERS):
         raise SystemExit(f"unknown variant {variant!r}")
+
+
+# Variants that are a judge option rather than a patched prompt.
+ORDERS = {"rationale_first": "rationale_first", "score_first": "score_first"}
+
+
+def options(variant: str) -> dict[str, Any]:
+    """The judge options a variant sets."""
+    return {"verdict_order": ORDERS[variant]} if variant in ORDERS else {}
 
 
 def summarize(files: list[Path], md: Path) -> None:
@@ -153,16 +166,19 @@ def main() -> None:
         "variants": {},
     }
     for name in a.variants.split(","):
-        apply(name.split("#")[0])  # "default#2": the same variant again (run-to-run noise)
+        variant = name.split("#")[0]  # "default#2": the same variant again (run-to-run noise)
+        apply(variant)
         if a.memory is not None:
             # A copy: judging writes to the memory's folder, the saved one must stay as it is.
             scratch = Path(tempfile.mkdtemp()) / "memory"
             shutil.copytree(a.memory, scratch)
-            judge = MemAlignJudge.load(scratch, judge_llm, emb, reuse_expert_verdicts=False)
+            judge = MemAlignJudge.load(
+                scratch, judge_llm, emb, reuse_expert_verdicts=False, **options(variant)
+            )
         else:
             judge = MemAlignJudge(
                 name=a.dataset, instructions=spec.instructions, model=judge_llm, embeddings=emb,
-                scale=spec.scale, reuse_expert_verdicts=False,
+                scale=spec.scale, reuse_expert_verdicts=False, **options(variant),
             )  # fmt: skip
         started = time.time()
         out = judge.batch(

@@ -107,6 +107,9 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             (`JudgeConfig.judge_prompt`).
         pairwise_mode: How a pairwise judge compares two outputs: `"separate"`
             (default), `"both_orders"` or `"one_order"` (`JudgeConfig.pairwise_mode`).
+        verdict_order: Which the judge writes first: `"auto"` (default: the score
+            on numeric scales, the rationale on the others), `"score_first"` or
+            `"rationale_first"` (`JudgeConfig.verdict_order`).
 
     See `JudgeConfig` for each option. Everything after `embeddings` is
     keyword-only. A judge is a context manager: `with MemAlignJudge(...) as
@@ -142,6 +145,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         reflect_contrast: int = 4,
         judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
         pairwise_mode: Literal["separate", "both_orders", "one_order"] = "separate",
+        verdict_order: Literal["auto", "score_first", "rationale_first"] = "auto",
     ) -> None:
         config = JudgeConfig(
             name=name,
@@ -165,6 +169,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             reflect_contrast=reflect_contrast,
             judge_prompt=judge_prompt,
             pairwise_mode=pairwise_mode,
+            verdict_order=verdict_order,
         )
         emb = resolve_embeddings(embeddings)
         self._setup(

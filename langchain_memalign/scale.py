@@ -165,10 +165,12 @@ class Scale(BaseModel):
             return int if self.integer else float
         return Literal[self.choices]
 
-    def verdict_schema(self) -> type[BaseModel]:
-        """A pydantic model `{rationale, score}`: the rationale comes first on purpose.
+    def verdict_schema(self, *, score_first: bool = False) -> type[BaseModel]:
+        """A pydantic model of the judge's verdict: `{rationale, score}`, or `{score, rationale}`.
 
-        Asking for the reasoning before the verdict measurably helps small models.
+        The order is the order the model writes the fields in (a JSON schema's properties
+        keep it, and grammar-constrained servers enforce it): `score_first` decides
+        whether the model commits to its score before or after it reasons.
         """
         score_field: Any
         score_type: Any = self.score_type()
@@ -180,18 +182,26 @@ class Scale(BaseModel):
             score_field = (score_type, Field(ge=self.low, le=self.high))
         else:
             score_field = (score_type, Field(description=self.describe()))
+        rationale_field = (
+            str,
+            Field(
+                description="Brief reasoning for the score.",
+                # Grammar-constrained servers enforce this; without it a small
+                # model can ramble for thousands of tokens.
+                json_schema_extra={"maxLength": _RATIONALE_MAX_CHARS},
+            ),
+        )
+        if score_first:
+            return create_model(
+                "JudgeVerdict",
+                __doc__="The judge's verdict: the score, then a short rationale.",
+                score=score_field,
+                rationale=rationale_field,
+            )
         return create_model(
             "JudgeVerdict",
             __doc__="The judge's verdict: a short rationale, then the score.",
-            rationale=(
-                str,
-                Field(
-                    description="Brief reasoning, written before the score.",
-                    # Grammar-constrained servers enforce this; without it a small
-                    # model can ramble for thousands of tokens.
-                    json_schema_extra={"maxLength": _RATIONALE_MAX_CHARS},
-                ),
-            ),
+            rationale=rationale_field,
             score=score_field,
         )
 

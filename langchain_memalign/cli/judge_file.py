@@ -114,6 +114,7 @@ class JudgeFile(BaseModel):
     reflect_contrast: int | None = None
     judge_prompt: str | None = None
     pairwise_mode: str | None = None
+    verdict_order: str | None = None
 
     source: Path | None = Field(default=None, exclude=True, description="The file read.")
 

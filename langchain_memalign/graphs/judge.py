@@ -106,7 +106,7 @@ class JudgeNodes:
         cfg = memory.config
         self.verdict = StructuredCaller(
             model,
-            cfg.scale.verdict_schema(),
+            cfg.scale.verdict_schema(score_first=cfg.score_first),
             what=f"judge {cfg.name!r}",
             retries=cfg.max_retries,
             rate_limiter=rate_limiter,
@@ -117,7 +117,7 @@ class JudgeNodes:
         self.rating = (
             StructuredCaller(
                 model,
-                SEPARATE_SCALE.verdict_schema(),
+                SEPARATE_SCALE.verdict_schema(score_first=cfg.score_first),
                 what=f"judge {cfg.name!r} (one output of a pair)",
                 retries=cfg.max_retries,
                 rate_limiter=rate_limiter,
@@ -173,7 +173,7 @@ class JudgeNodes:
         cfg = self.memory.config
         return judge_messages(
             cfg.instructions, cfg.scale, case, guidelines, episodes, cfg.episode_max_chars,
-            cfg.judge_prompt,
+            cfg.judge_prompt, score_first=cfg.score_first,
         )  # fmt: skip
 
     def _calls(
@@ -193,7 +193,8 @@ class JudgeNodes:
                 alone = [{**case, "outputs": output} for output in pair]
                 return mode, [
                     (self.rating, separate_messages(
-                        cfg.instructions, c, guidelines, episodes, cfg.episode_max_chars
+                        cfg.instructions, c, guidelines, episodes, cfg.episode_max_chars,
+                        score_first=cfg.score_first,
                     ))
                     for c in alone
                 ]  # fmt: skip

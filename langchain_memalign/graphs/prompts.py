@@ -41,6 +41,13 @@ CASE_REMINDER = (
 # Inserted into JUDGE_SYSTEM as a format argument: single braces here.
 ANSWER_PLAIN = """Answer with a JSON object: {"rationale": "<at most 3 short sentences>", "score": <score>}. Write the rationale before the score."""
 
+# Numeric scales' default since November 25, 2026 (`JudgeConfig.verdict_order`): asked for
+# the rationale first, the local 1.5B model argued itself to the ends of a 1-5 scale (5 or
+# 1 to 48 of 60 prometheus cases); asked for the score first, as MLflow's judges ask, it
+# gave the experts' common 4 and its error fell from 1.70 to 1.35. On true/false it
+# answered false to nearly everything that way (docs/benchmarks.md).
+ANSWER_SCORE_FIRST = """Answer with a JSON object: {"score": <score>, "rationale": "<at most 3 short sentences>"}. Give the score first, then the rationale."""
+
 ANSWER_CHECKLIST = """Answer with a JSON object: {"rationale": "<at most 3 short sentences>", "score": <score>}. In the rationale, first name the guidelines whose condition this case meets (ignore the others) and say whether the case follows each, then conclude. Write the rationale before the score."""
 
 MEMORY_NOTE = (
@@ -209,6 +216,8 @@ def judge_messages(
     episodes: Sequence[Episode],
     episode_max_chars: int,
     style: JudgePromptStyle = "turns",
+    *,
+    score_first: bool = False,
 ) -> list[BaseMessage]:
     """The judge prompt: instructions + working memory + the case.
 
@@ -219,9 +228,16 @@ def judge_messages(
     `<memory>` block before the case; `"checklist"` asks the model to name the guidelines
     whose condition the case meets and check each before it scores. Chosen by
     measurement: see docs/benchmarks.md.
+
+    `score_first` asks for the score before the rationale (and shows past verdicts that
+    way); it must match the verdict schema the answer is parsed with
+    (`Scale.verdict_schema(score_first=...)`). `"checklist"` reasons before it scores
+    and ignores it.
     """
     if style == "turns":
-        return _turns(instructions, scale, case, guidelines, episodes, episode_max_chars)
+        return _turns(
+            instructions, scale, case, guidelines, episodes, episode_max_chars, score_first
+        )
     memory = memory_section(guidelines, episodes, episode_max_chars)
     note = ""
     if memory:
@@ -229,9 +245,13 @@ def judge_messages(
         # Ordinal scales: the retrieved cases' scores calibrate where this case sits.
         if episodes and scale.kind in ("numeric", "categorical"):
             note += CALIBRATION_NOTE
-    answer = ANSWER_CHECKLIST if style == "checklist" and guidelines else ANSWER_PLAIN
+    answer = ANSWER_CHECKLIST if style == "checklist" and guidelines else _answer(score_first)
     system = JUDGE_SYSTEM.format(scale=scale.describe(), memory_note=note, answer=answer)
     return _memory_then_case(system, memory, instructions, case)
+
+
+def _answer(score_first: bool) -> str:
+    return ANSWER_SCORE_FIRST if score_first else ANSWER_PLAIN
 
 
 def _memory_then_case(
@@ -259,13 +279,16 @@ def _turns(
     guidelines: Sequence[Guideline],
     episodes: Sequence[Episode],
     max_chars: int,
+    score_first: bool,
 ) -> list[BaseMessage]:
     note = _guidelines_note(guidelines)
     if episodes:
         note += TURNS_EPISODES
         if scale.kind in ("numeric", "categorical"):
             note += CALIBRATION_NOTE
-    system = JUDGE_SYSTEM.format(scale=scale.describe(), memory_note=note, answer=ANSWER_PLAIN)
+    system = JUDGE_SYSTEM.format(
+        scale=scale.describe(), memory_note=note, answer=_answer(score_first)
+    )
     messages: list[BaseMessage] = [SystemMessage(content=system)]
     # Least similar first: the most similar past case sits right before this one.
     for ep in reversed(list(episodes)):
@@ -273,7 +296,13 @@ def _turns(
         messages.append(
             HumanMessage(content=f"<case>\n{fill_instructions(instructions, past)}\n</case>")
         )
-        verdict = {"rationale": reason or "Graded by an expert.", "score": ep.value}
+        # The expert's answer in the form the judge is asked to answer in.
+        rationale = reason or "Graded by an expert."
+        verdict = (
+            {"score": ep.value, "rationale": rationale}
+            if score_first
+            else {"rationale": rationale, "score": ep.value}
+        )
         messages.append(AIMessage(content=json.dumps(verdict, ensure_ascii=False, default=str)))
     messages.append(HumanMessage(content=case_message(instructions, case)))
     return messages
@@ -305,6 +334,8 @@ def separate_messages(
     guidelines: Sequence[Guideline],
     episodes: Sequence[Episode],
     episode_max_chars: int,
+    *,
+    score_first: bool = False,
 ) -> list[BaseMessage]:
     """The prompt that rates one output of a pairwise case alone (`pairwise_mode="separate"`).
 
@@ -318,7 +349,7 @@ def separate_messages(
         note += SEPARATE_EPISODES
     system = JUDGE_SYSTEM.format(
         scale=f"{SEPARATE_TASK}\n{SEPARATE_SCALE.describe()}", memory_note=note,
-        answer=ANSWER_PLAIN,
+        answer=_answer(score_first),
     )  # fmt: skip
     memory = memory_section((), episodes, episode_max_chars)
     return _memory_then_case(system, memory, instructions, case)

@@ -182,6 +182,50 @@ def test_turns_prompt_puts_guidelines_in_system_and_past_cases_as_turns(
     assert SWEATER.inputs in str(msgs[3].content) and "charged twice" in str(msgs[-1].content)
 
 
+@pytest.mark.parametrize("order", ["score_first", "rationale_first"])
+def test_the_verdict_order_is_the_same_in_the_prompt_the_schema_and_past_answers(
+    make_judge: Any, model: Any, order: str
+) -> None:
+    judge = make_judge(verdict_order=order)
+    judge.align([SWEATER, HOURS])
+    result = judge.invoke(CASE)
+    msgs = model.calls[-1]
+    expected = ["score", "rationale"] if order == "score_first" else ["rationale", "score"]
+    # past cases answer in the order the judge is asked to answer in
+    answers = [list(json.loads(str(m.content))) for m in msgs if type(m).__name__ == "AIMessage"]
+    assert answers and all(keys == expected for keys in answers)
+    asked = str(msgs[0].content)
+    assert asked.index('"score"') < asked.index('"rationale"') if order == "score_first" else (
+        asked.index('"rationale"') < asked.index('"score"')
+    )
+    schema = JudgeNodes(judge.memory, judge.model).verdict.schema.model_json_schema()
+    assert list(schema["properties"]) == expected  # the order a grammar makes the model write
+    assert isinstance(result["score"], bool) and result["comment"]
+
+
+@pytest.mark.parametrize(
+    ("options", "score_first"),
+    [
+        ({"scale": (1, 5)}, True),  # "auto": numeric scales give the score first
+        ({}, False),  # bool
+        ({"scale": ["good", "bad"]}, False),
+        ({"scale": "pairwise"}, False),
+        ({"scale": (1, 5), "judge_prompt": "checklist"}, False),  # reasons first, always
+        ({"scale": (1, 5), "judge_prompt": "checklist", "verdict_order": "score_first"}, False),
+        ({"verdict_order": "score_first"}, True),
+        ({"scale": (1, 5), "verdict_order": "rationale_first"}, False),
+    ],
+)
+def test_which_comes_first_by_scale_and_option(
+    make_judge: Any, options: dict[str, Any], score_first: bool
+) -> None:
+    judge = make_judge(**options)
+    assert judge.memory.config.score_first is score_first
+    schema = JudgeNodes(judge.memory, judge.model).verdict.schema.model_json_schema()
+    first = "score" if score_first else "rationale"
+    assert next(iter(schema["properties"])) == first
+
+
 @pytest.mark.parametrize("style", ["turns", "plain"])
 def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any, style: str) -> None:
     judge = make_judge(episode_max_chars=200, judge_prompt=style)
