@@ -6,7 +6,9 @@
         mlflow=results/quality_prometheus.json:mlflow@10
 
 Each point is NAME=FILE:ENTRY, taken from every seed the file has (seeds pooled; the quality
-benchmark's test set is the same for every seed). Per point: accuracy with a Wilson 95%
+benchmark's test set is the same for every seed). FILE may also be a result of
+`scale_wording.py`, ENTRY one of its variants (one seed; the first --n cases of the same
+split, so its cases pair with the quality benchmark's). Per point: accuracy with a Wilson 95%
 interval, balanced accuracy, mean absolute error (numeric scales), weighted κ, the
 verdicts given and tokens a judgment. Then, per point against `--against`, the paired
 difference in accuracy and in absolute error over the cases both judged in the same seed,
@@ -26,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _data import dataset_spec
 from quality import wilson
 
 
@@ -33,6 +36,19 @@ def load(spec: str) -> tuple[str, str, dict[str, Any], list[tuple[int, dict[str,
     name, _, rest = spec.partition("=")
     file, _, key = rest.rpartition(":")
     result = json.loads(Path(file).read_text())
+    if "variants" in result:  # scale_wording.py: a variant of one seed's first n cases
+        variant = result["variants"].get(key)
+        if variant is None:
+            raise SystemExit(f"{spec}: no variant {key!r} in {file}")
+        labels = result["labels"]
+        entry = {"test": {
+            "predictions": [{"id": i, "judge": s, "human": labels[i]}
+                            for i, s in variant["scores"].items()],
+            "verdict_counts": variant["verdicts"],
+        }}  # fmt: skip
+        ordinal = dataset_spec(result["dataset"]).scale.kind == "numeric"
+        result = {**result, "ordinal": ordinal, "run_info": result.get("run", {})}
+        return name, file, result, [(int(result.get("seed", 0)), entry)]
     points = [(int(s), sd["entries"][key]) for s, sd in sorted(result["seeds"].items())
               if "test" in sd["entries"].get(key, {})]  # fmt: skip
     if not points:
@@ -103,12 +119,15 @@ def main() -> None:
             xs = [t[k] for t in tests if t.get(k) is not None]
             return sum(xs) / len(xs) if xs else float("nan")
 
+        def fmt(x: float, digits: int = 2) -> str:
+            return "–" if x != x else f"{x:.{digits}f}"  # a figure the file does not have
+
         mae = f"{sum(errors) / len(errors):.2f}" if numeric and errors else "–"
-        kappa = f"{avg('weighted_kappa'):.2f}" if numeric else f"{avg('kappa'):.2f}"
+        kappa = fmt(avg("weighted_kappa")) if numeric else fmt(avg("kappa"))
         lines.append(
             f"| {name} | {','.join(str(s) for s, _ in points)} | {len(cases)} | "
-            f"{right / len(cases):.2f} [{lo:.2f}, {hi:.2f}] | {avg('balanced_accuracy'):.2f} | "
-            f"{mae} | {kappa} | {top} | {avg('tokens_per_judgment'):.0f} |"
+            f"{right / len(cases):.2f} [{lo:.2f}, {hi:.2f}] | {fmt(avg('balanced_accuracy'))} | "
+            f"{mae} | {kappa} | {top} | {fmt(avg('tokens_per_judgment'), 0)} |"
         )
         runs = result.get("invocations") or [result.get("run_info", {})]
         commits = sorted({str(r.get("git_commit", "?"))[:7] for r in runs})

@@ -784,7 +784,11 @@ def test_progress_in_a_log_is_a_line_now_and_then() -> None:
     log = io.StringIO()
     with Progress(4, "aligning", stream=log, interval=0.05) as bar:
         bar.advance()
-        time.sleep(0.2)  # a long step: the log hears from it meanwhile
+        # A long step: the log hears from it meanwhile (waited for, not slept: a loaded
+        # machine may wake the ticking thread late).
+        deadline = time.monotonic() + 10
+        while not log.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
     lines = log.getvalue().splitlines()
     assert len(lines) >= 2 and "\r" not in log.getvalue()
     assert lines[0].startswith("aligning: 1/4 (25%) 0:00")
