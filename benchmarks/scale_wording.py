@@ -60,6 +60,15 @@ GUARD = (
 ORIGINAL = (prompts.JUDGE_SYSTEM, prompts.CASE_REMINDER, scale_module.Scale.describe)
 
 
+# Variants that are a value of the judge option `verdict_order` rather than a patched prompt.
+ORDERS = ("rationale_first", "score_first")
+
+
+def options(variant: str) -> dict[str, Any]:
+    """The judge options a variant sets."""
+    return {"verdict_order": variant} if variant in ORDERS else {}
+
+
 def _no_ends(self: scale_module.Scale) -> str:
     if self.kind == "numeric":
         unit = "a whole number" if self.integer else "a number"
@@ -81,15 +90,6 @@ def apply(variant: str) -> None:
         prompts.CASE_REMINDER = ""
     elif variant not in ("default", *ORDERS):
         raise SystemExit(f"unknown variant {variant!r}")
-
-
-# Variants that are a judge option rather than a patched prompt.
-ORDERS = {"rationale_first": "rationale_first", "score_first": "score_first"}
-
-
-def options(variant: str) -> dict[str, Any]:
-    """The judge options a variant sets."""
-    return {"verdict_order": ORDERS[variant]} if variant in ORDERS else {}
 
 
 def summarize(files: list[Path], md: Path) -> None:
