@@ -12,13 +12,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from langchain_memalign import Feedback, Scale
 from shared_data import DatasetSpec, dataset_spec, load_jsonl
 
+from langchain_memalign import Feedback, Scale
+from langchain_memalign.evaluation.agreement import ANNOTATOR_LABELS_KEY
+
 __all__ = [
+    "DERIVED",
     "FILES",
     "DatasetSpec",
     "dataset_spec",
+    "load_derived",
     "load_jsonl",
     "load_scenario",
     "scenario_instructions",
@@ -30,6 +34,44 @@ FILES = {
     "prometheus": "prometheus_mtbench_vicuna.jsonl",
     "feedbackqa": "feedbackqa.jsonl",
 }
+
+
+# feedbackqa as a pass/fail judge (Excellent or Acceptable pass). Why: support-apology is
+# the only bool set with rationales, and its rationales state a rule; feedbackqa's remark
+# on one answer ("Directs people to the tools ..."). A bool default about past cases with
+# rationales (config.default_floor) is checked on this kind too.
+FEEDBACKQA_PASS = ("Excellent", "Acceptable")
+DERIVED: dict[str, tuple[str, DatasetSpec]] = {
+    "feedbackqa_bool": (
+        "feedbackqa",
+        DatasetSpec(
+            name="feedbackqa_bool",
+            scale=Scale.of(bool),
+            instructions=(
+                "Does the answer passage answer the question well enough? true = it fully "
+                "answers it or answers it with minor gaps; false = it is only partly relevant "
+                "or does not answer it.\n\n{inputs}\n\nAnswer passage: {outputs}"
+            ),
+            note="feedbackqa's ratings as pass (Excellent, Acceptable) or fail (Could be "
+            "Improved, Bad); 2-3 crowd annotators per case with their rationales.",
+        ),
+    ),
+}
+
+
+def load_derived(
+    name: str, data_dir: Path, **load_options: Any
+) -> tuple[DatasetSpec, list[Feedback], Path]:
+    """A data set derived from a shared one (`DERIVED`): its spec, cases and source file."""
+    source, spec = DERIVED[name]
+    path = data_dir / FILES[source]
+    out = []
+    for fb in load_jsonl(path, **load_options):
+        meta = dict(fb.metadata)
+        if ANNOTATOR_LABELS_KEY in meta:
+            meta[ANNOTATOR_LABELS_KEY] = [v in FEEDBACKQA_PASS for v in meta[ANNOTATOR_LABELS_KEY]]
+        out.append(fb.model_copy(update={"value": fb.value in FEEDBACKQA_PASS, "metadata": meta}))
+    return spec, out, path
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@
         mlflow=results/quality_prometheus.json:mlflow@10
 
 Each point is NAME=FILE:ENTRY, taken from every seed the file has (seeds pooled; the quality
-benchmark's test set is the same for every seed). FILE may also be a result of
+benchmark's test set is the same for every seed); points given the same NAME pool their seeds
+(one seed a file, e.g. a second seed run with another --tag). FILE may also be a result of
 `scale_wording.py`, ENTRY one of its variants (one seed; the first --n cases of the same
 split, so its cases pair with the quality benchmark's). Per point: accuracy with a Wilson 95%
 interval, balanced accuracy, mean absolute error (numeric scales), weighted κ, the
@@ -93,15 +94,20 @@ def main() -> None:
     ap.add_argument("--md", required=True, help="where the Markdown table goes")
     ap.add_argument("--title", default="Paired comparison")
     args = ap.parse_args()
-    loaded = [load(s) for s in args.points]
-    numeric = bool(loaded[0][2].get("ordinal"))
+    loaded: dict[str, tuple[list[str], list[dict[str, Any]], list[Any]]] = {}
+    for name, file, result, points in (load(s) for s in args.points):
+        files, results, pooled = loaded.setdefault(name, ([], [], []))
+        files.append(file)
+        results.append(result)
+        pooled.extend(points)
+    numeric = bool(next(iter(loaded.values()))[1][0].get("ordinal"))
     per_case: dict[str, dict[tuple[int, str], tuple[float, float | None]]] = {}
     lines = [f"## {args.title}", ""]
     head = ["system", "seeds", "cases", "accuracy [95%]", "balanced", "MAE", "weighted κ",
             "verdicts", "tokens a judgment"]  # fmt: skip
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     sources = []
-    for name, file, result, points in loaded:
+    for name, (files, results, points) in loaded.items():
         cases = {(seed, p["id"]): score(p, numeric) for seed, e in points
                  for p in e["test"]["predictions"]}  # fmt: skip
         per_case[name] = cases
@@ -129,9 +135,10 @@ def main() -> None:
             f"{right / len(cases):.2f} [{lo:.2f}, {hi:.2f}] | {fmt(avg('balanced_accuracy'))} | "
             f"{mae} | {kappa} | {top} | {fmt(avg('tokens_per_judgment'), 0)} |"
         )
-        runs = result.get("invocations") or [result.get("run_info", {})]
-        commits = sorted({str(r.get("git_commit", "?"))[:7] for r in runs})
-        sources.append(f"{name}: `{Path(file).name}` ({', '.join(commits)})")
+        for file, result in zip(files, results, strict=True):
+            runs = result.get("invocations") or [result.get("run_info", {})]
+            commits = sorted({str(r.get("git_commit", "?"))[:7] for r in runs})
+            sources.append(f"{name}: `{Path(file).name}` ({', '.join(commits)})")
     lines += ["", f"Paired against {args.against} (same cases, same seed; bootstrap 95%):", ""]
     lines += ["| system | cases | accuracy difference | absolute error difference |",
               "|---|---|---|---|"]  # fmt: skip

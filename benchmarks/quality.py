@@ -24,7 +24,9 @@ Per data set and seed, on the same chat and embedding servers:
      pairwise_orders (pairwise_mode="one_order"; the two pairwise ones on pairwise scales
      only, and also judged at stage 0 since they change the unaligned judge too),
      score_first (verdict_order="rationale_first": the rationale before the score; judged
-     at stage 0 too, and on every data set, rationales or not);
+     at stage 0 too, and on every data set, rationales or not), reasoned_floor
+     (min_episode_similarity_with_rationale=0.9: a bool judge shows past cases with a
+     rationale only when they are near duplicates; bool scales only);
    - with --mlflow, MLflow 3.18's MemAlign (`mlflow`, stage 0 = MLflow's unaligned
      `make_judge`) through `mlflow_baseline/run_mlflow_memalign.py --stages` in the MLflow
      venv, behind the counting proxy.
@@ -69,7 +71,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import FILES, DatasetSpec, dataset_spec, load_jsonl, load_scenario
+from _data import DERIVED, FILES, DatasetSpec, dataset_spec, load_derived, load_jsonl, load_scenario
 from provenance import file_sha256, run_info
 from side_by_side import FewShotJudge, build_models, mlflow_instructions, mlflow_rows
 
@@ -93,6 +95,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "pairwise_separate": {"pairwise_mode": "both_orders"},
     "pairwise_orders": {"pairwise_mode": "one_order"},
     "score_first": {"verdict_order": "rationale_first"},
+    # Past cases with a rationale shown only when near duplicates, as before the eighth
+    # session made a bool judge show its k nearest (config.default_floor).
+    "reasoned_floor": {"min_episode_similarity_with_rationale": 0.9},
 }
 # Pairwise ablations exist only for pairwise scales, and change how an empty-memory judge
 # judges (so they are measured at stage 0 too).
@@ -101,6 +106,8 @@ PAIRWISE_ABLATIONS = {"pairwise_separate", "pairwise_orders"}
 # whether or not the feedback has rationales.
 ANSWER_ABLATIONS = {"score_first"}
 STAGE0_ABLATIONS = PAIRWISE_ABLATIONS | ANSWER_ABLATIONS
+# Ablations of a default that only bool scales changed: elsewhere the judge equals ours.
+BOOL_ABLATIONS = {"reasoned_floor"}
 COLLAPSE_SHARE = 0.9
 
 
@@ -595,6 +602,10 @@ class Bench:
             data = load_jsonl(path, max_case_chars=a.max_case_chars,
                               max_field_chars=a.max_field_chars)  # fmt: skip
             return dataset_spec(name), data, None, {path.name: file_sha256(path)}
+        if name in DERIVED:
+            spec, data, path = load_derived(name, Path(a.data_dir), max_case_chars=a.max_case_chars,
+                                            max_field_chars=a.max_field_chars)  # fmt: skip
+            return spec, data, None, {path.name: file_sha256(path)}
         folder = Path(a.scenario_dir) / name
         if not folder.is_dir():
             raise SystemExit(f"unknown data set {name!r}: not in {sorted(FILES)} nor {folder}")
@@ -637,6 +648,8 @@ class Bench:
                     calls[f"ours_no_{abl}"] += ((len(aligned) + 1) * t + seen) * per_pair
                 elif abl in ANSWER_ABLATIONS:
                     calls[f"ours_no_{abl}"] += ((len(aligned) + 1) * t + seen) * orders
+                elif abl in BOOL_ABLATIONS and spec.scale.kind != "bool":
+                    continue
                 elif abl not in PAIRWISE_ABLATIONS and rationales:
                     keep = {int(x) for x in a.ablation_stages.split(",") if x.strip()}
                     judged = [n for n in aligned if not keep or n in keep or
@@ -718,6 +731,8 @@ class Bench:
             for abl in [x for x in a.ablations.split(",") if x]:
                 if abl in PAIRWISE_ABLATIONS and spec.scale.kind != "pairwise":
                     skipped[abl] = "not a pairwise scale: the option has no effect"
+                elif abl in BOOL_ABLATIONS and spec.scale.kind != "bool":
+                    skipped[abl] = "not a bool scale: the default it ablates is unchanged"
                 elif (
                     abl not in PAIRWISE_ABLATIONS | ANSWER_ABLATIONS
                     and not split_info["train_with_rationale"]

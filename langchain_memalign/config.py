@@ -13,16 +13,23 @@ AUTO = "auto"
 FLOORS = ("min_episode_similarity", "min_episode_similarity_with_rationale")
 
 
-def default_floor(scale: Scale) -> float | None:
+def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None:
     """The similarity floor for past cases when none is given: by the kind of scale.
 
     Numeric scales show the k nearest past cases whatever their similarity: their scores
     anchor the judge on the scale (on prometheus, 1-5, the local 1.5B judge's mean absolute
     error fell from 2.06 unaligned to 1.68 over two seeds; docs/benchmarks.md). Verdict
     scales keep the near duplicates only: there a small judge copies the verdicts it is
-    shown whether or not the cases are alike.
+    shown whether or not the cases are alike. Except, on a bool scale, past cases that
+    carry the expert's rationale (`with_rationale`): a pass/fail verdict with its reason
+    is a worked example of the rule the experts apply, and showing the k nearest of them
+    is what made the local judge grade every seen support-apology case as the experts did
+    (docs/benchmarks.md, eighth session). On a categorical scale the same hurt feedbackqa,
+    whose rationales remark on one answer; pairwise data sets had no rationales to try.
     """
-    return None if scale.kind == "numeric" else 0.9
+    if scale.kind == "numeric" or (with_rationale and scale.kind == "bool"):
+        return None
+    return 0.9
 
 
 class JudgeConfig(BaseModel):
@@ -54,10 +61,13 @@ class JudgeConfig(BaseModel):
         default=0.9, ge=-1.0, le=1.0,
         description="The floor for past cases that carry the expert's rationale, which "
         "say why the verdict was given (`min_episode_similarity` is the floor for the "
-        "others, bare verdicts), with the same default by scale (\"auto\"). None shows them "
-        "down to the k nearest. Kept at 0.9 by "
-        "measurement: showing them helped where rationales state a rule (support-apology) "
-        "and hurt where they remark on one case (feedbackqa; docs/benchmarks.md).",
+        "others, bare verdicts). Default (or \"auto\"): None (the k nearest, however "
+        "far) on numeric and bool scales, 0.9 on categorical and pairwise ones. On a bool "
+        "scale a verdict with its reason is a worked example: shown, they made the local "
+        "judge grade support-apology's seen cases as the experts did more often and kept a "
+        "pass/fail version of feedbackqa from collapsing to one verdict; on feedbackqa's "
+        "four ratings they spread the verdicts without making them right "
+        "(docs/benchmarks.md).",
     )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",
@@ -168,10 +178,14 @@ class JudgeConfig(BaseModel):
         if not unset:
             return data
         try:
-            floor = default_floor(Scale.of(data["scale"]))
+            scale = Scale.of(data["scale"])
         except (TypeError, ValueError):
             return data  # the scale's own validator names the problem
-        return {**data, **dict.fromkeys(unset, floor)}
+        floors = {
+            f: default_floor(scale, with_rationale=f == "min_episode_similarity_with_rationale")
+            for f in unset
+        }
+        return {**data, **floors}
 
     @model_validator(mode="before")
     @classmethod

@@ -78,8 +78,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             question, and the cases the experts graded), except on numeric scales, where
             it is `None` (the `k` nearest whatever their similarity, whose scores
             calibrate the judge).
-        min_episode_similarity_with_rationale: The same floor, with the same
-            default, for past cases that carry the expert's rationale (`JudgeConfig`).
+        min_episode_similarity_with_rationale: The same floor for past cases that
+            carry the expert's rationale. `"auto"` (default): `None` on numeric and bool
+            scales (a pass/fail verdict with its reason is a worked example of the
+            experts' rule), 0.9 on categorical and pairwise ones (`JudgeConfig`).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a

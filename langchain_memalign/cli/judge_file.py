@@ -241,7 +241,7 @@ memory = "memalign_memory/helpfulness"          # the memory folder, relative to
 k = 5                                           # past cases retrieved per judgment
 # guideline_token_budget = 800
 # Any other JudgeConfig option, e.g. (see docs/cli.md; "off" turns an option off):
-# min_episode_similarity_with_rationale = "off"   # show reasoned past cases, however far
+# min_episode_similarity = "off"                  # show bare verdicts too, however far
 # validate_guidelines = "all"                     # check guidelines on every seen case
 # pairwise_mode = "both_orders"                   # for scale = "pairwise"
 '''

@@ -14,6 +14,7 @@ from langchain_memalign import InvalidFeedbackError, Scale
 from langchain_memalign.evaluation.agreement import agreement_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _data import load_derived
 from shared_data import DATASETS, dataset_spec, load_jsonl, row_to_feedback
 
 HALU = {
@@ -111,6 +112,20 @@ def test_feedbackqa_ratings_and_inter_annotator(tmp_path: Path) -> None:
     assert ia is not None and ia.n_cases == 2 and ia.n_labels == 5
     # pairs: (Acc, Exc) | 3 x (Bad, Bad) -> 3/4
     assert ia.pairwise_agreement == pytest.approx(0.75)
+
+
+def test_feedbackqa_as_pass_fail(tmp_path: Path) -> None:
+    rows = [
+        FQA,
+        {**FQA, "id": "feedbackqa_1", "label": "Could be Improved",
+         "meta": {"ratings": ["Could be Improved", "Excellent"]}},
+    ]  # fmt: skip
+    write(tmp_path / "feedbackqa.jsonl", rows)
+    spec, items, path = load_derived("feedbackqa_bool", tmp_path)
+    assert spec.scale.kind == "bool" and path.name == "feedbackqa.jsonl"
+    assert [fb.value for fb in items] == [True, False]
+    assert [fb.metadata["annotator_labels"] for fb in items] == [[True, True], [False, True]]
+    assert items[0].rationale == FQA["feedback"]  # the crowd's rationales are kept
 
 
 def test_filters_limits_and_truncation(tmp_path: Path) -> None:

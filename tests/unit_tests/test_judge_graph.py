@@ -107,31 +107,50 @@ def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> No
     }  # fmt: skip
 
 
-def test_numeric_scales_show_the_nearest_past_cases_by_default(make_judge: Any) -> None:
+def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: Any) -> None:
     # Unset floors ("auto"): the k nearest on a 1-5 scale (their scores calibrate the
-    # judge), only near duplicates on a verdict scale.
+    # judge); on a bool scale the k nearest of the past cases with a rationale (worked
+    # examples of the experts' rule) but only near duplicates of bare verdicts; only near
+    # duplicates on a categorical scale.
+    bare = [fb.model_copy(update={"id": f"{fb.id}-bare", "rationale": None})
+            for fb in (SWEATER, HOURS, RUDE)]  # fmt: skip
     numbered = [fb.model_copy(update={"value": 2 if fb.value is False else 5})
                 for fb in (SWEATER, HOURS, RUDE)]  # fmt: skip
+    rated = [fb.model_copy(update={"value": "good" if fb.value else "bad"})
+             for fb in (SWEATER, HOURS, RUDE)]  # fmt: skip
     query = "What are your opening hours on Saturday?"
     shown = {}
-    for scale, cases in (((1, 5), numbered), (bool, [SWEATER, HOURS, RUDE])):
+    for kind, scale, cases in (
+        ("numeric", (1, 5), numbered),
+        ("bool", bool, [SWEATER, HOURS, RUDE, *bare]),
+        ("categorical", ["bad", "good"], rated),
+    ):
         judge = make_judge(
-            k=3, scale=scale, min_episode_similarity="auto",
+            k=6, scale=scale, min_episode_similarity="auto",
             min_episode_similarity_with_rationale="auto",
         )  # fmt: skip
         judge.align(cases)
         floors = (judge.config.min_episode_similarity,
                   judge.config.min_episode_similarity_with_rationale)  # fmt: skip
-        shown[scale] = (floors, len(judge.memory.retrieve(judge.memory.embed([query])[0])))
+        found = judge.memory.retrieve(judge.memory.embed([query])[0])
+        shown[kind] = (floors, sorted(e.feedback_id for e in found))
         judge.close()
-    assert shown[(1, 5)] == ((None, None), 3)
-    assert shown[bool] == ((0.9, 0.9), 0)  # the fake embeddings put none near 0.9
-    # a floor given explicitly is kept on a numeric scale
+    assert shown["numeric"] == ((None, None), ["hours", "rude", "sweater"])
+    # the fake embeddings put no case near 0.9: the bare verdicts stay out
+    assert shown["bool"] == ((0.9, None), ["hours", "rude", "sweater"])
+    assert shown["categorical"] == ((0.9, 0.9), [])
+    # a floor given explicitly is kept
     kept = make_judge(
         scale=(1, 5), min_episode_similarity=0.5, min_episode_similarity_with_rationale="auto"
     )
     assert kept.config.min_episode_similarity == 0.5
     assert kept.config.min_episode_similarity_with_rationale is None
+    kept = make_judge(scale=bool, min_episode_similarity="auto",
+                      min_episode_similarity_with_rationale=0.9)  # fmt: skip
+    assert (
+        kept.config.min_episode_similarity,
+        kept.config.min_episode_similarity_with_rationale,
+    ) == (0.9, 0.9)
 
 
 def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
