@@ -25,8 +25,9 @@ def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None
     is a worked example of the rule the experts apply. Showing the k nearest of them, the
     local judge graded all six seen support-apology cases as the experts did in three
     repeats out of three (5/6 each time with the 0.9 floor), and a pass/fail version of
-    feedbackqa stopped collapsing to "false" (docs/benchmarks.md, eighth session). On feedbackqa's four ratings the same
-    spread the verdicts without making them right; pairwise sets had no rationales to try.
+    feedbackqa stopped collapsing to "false" (docs/benchmarks.md, eighth session). On
+    feedbackqa's four ratings the same spread the verdicts without making them right;
+    pairwise sets had no rationales to try.
     """
     if scale.kind == "numeric" or (with_rationale and scale.kind == "bool"):
         return None
