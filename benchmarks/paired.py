@@ -8,7 +8,7 @@
 Each point is NAME=FILE:ENTRY, taken from every seed the file has (seeds pooled; the quality
 benchmark's test set is the same for every seed); points given the same NAME pool their seeds
 (one seed a file, e.g. a second seed run with another --tag). FILE may also be a result of
-`scale_wording.py`, ENTRY one of its variants (one seed; the first --n cases of the same
+`scale_wording.py` or of `judge_options.py`, ENTRY one of its variants (one seed; the same
 split, so its cases pair with the quality benchmark's). Per point: accuracy with a Wilson 95%
 interval, balanced accuracy, mean absolute error (numeric scales), weighted κ, the
 verdicts given and tokens a judgment. Then, per point against `--against`, the paired
@@ -37,17 +37,20 @@ def load(spec: str) -> tuple[str, str, dict[str, Any], list[tuple[int, dict[str,
     name, _, rest = spec.partition("=")
     file, _, key = rest.rpartition(":")
     result = json.loads(Path(file).read_text())
-    if "variants" in result:  # scale_wording.py: a variant of one seed's first n cases
+    if "variants" in result:  # scale_wording.py or judge_options.py: a variant of one seed
         variant = result["variants"].get(key)
         if variant is None:
             raise SystemExit(f"{spec}: no variant {key!r} in {file}")
+        ordinal = dataset_spec(result["dataset"]).scale.kind == "numeric"
+        if "test" in variant:  # judge_options.py: the quality benchmark's metrics
+            result = {**result, "ordinal": ordinal}
+            return name, file, result, [(int(result.get("seed", 0)), variant)]
         labels = result["labels"]
         entry = {"test": {
             "predictions": [{"id": i, "judge": s, "human": labels[i]}
                             for i, s in variant["scores"].items()],
             "verdict_counts": variant["verdicts"],
         }}  # fmt: skip
-        ordinal = dataset_spec(result["dataset"]).scale.kind == "numeric"
         result = {**result, "ordinal": ordinal, "run_info": result.get("run", {})}
         return name, file, result, [(int(result.get("seed", 0)), entry)]
     points = [(int(s), sd["entries"][key]) for s, sd in sorted(result["seeds"].items())
@@ -136,7 +139,8 @@ def main() -> None:
             f"{mae} | {kappa} | {top} | {fmt(avg('tokens_per_judgment'), 0)} |"
         )
         for file, result in zip(files, results, strict=True):
-            runs = result.get("invocations") or [result.get("run_info", {})]
+            info = result.get("invocations") or result.get("run_info") or {}
+            runs = info if isinstance(info, list) else [info]  # judge_options.py: a list
             commits = sorted({str(r.get("git_commit", "?"))[:7] for r in runs})
             sources.append(f"{name}: `{Path(file).name}` ({', '.join(commits)})")
     lines += ["", f"Paired against {args.against} (same cases, same seed; bootstrap 95%):", ""]
