@@ -109,6 +109,9 @@ class FewShotJudge(Runnable[dict[str, Any], dict[str, Any]]):
         retries: int = 2,
     ) -> None:
         self.name = name
+        # The package's verdict_order="auto": a numeric scale asks for the score first, so
+        # few-shot and ours are asked in the same order (the seventh session's finding).
+        self.score_first = scale.kind == "numeric"
         self.instructions = instructions
         self.scale = scale
         self.episode_max_chars = episode_max_chars
@@ -120,16 +123,18 @@ class FewShotJudge(Runnable[dict[str, Any], dict[str, Any]]):
             for fb in examples
         ]  # fmt: skip
         self.caller = StructuredCaller(
-            model, scale.verdict_schema(), what=f"few-shot {name}", retries=retries
-        )
+            model, scale.verdict_schema(score_first=self.score_first), what=f"few-shot {name}",
+            retries=retries,
+        )  # fmt: skip
 
     def invoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         case = {k: input.get(k) for k in ("inputs", "outputs", "reference_outputs")}
         messages = judge_messages(
-            self.instructions, self.scale, case, [], self.examples, self.episode_max_chars
-        )
+            self.instructions, self.scale, case, [], self.examples, self.episode_max_chars,
+            score_first=self.score_first,
+        )  # fmt: skip
         verdict, _ = self.caller.invoke(messages, config)
         return {
             "key": self.name,
