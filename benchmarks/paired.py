@@ -103,7 +103,10 @@ def main() -> None:
         files.append(file)
         results.append(result)
         pooled.extend(points)
-    numeric = bool(next(iter(loaded.values()))[1][0].get("ordinal"))
+    first = next(iter(loaded.values()))[1][0]
+    ordinal = bool(first.get("ordinal"))  # weighted κ (feedbackqa's ratings are ordered too)
+    # MAE only on a numeric scale, as the package's agreement report computes it.
+    numeric = ordinal and (first.get("scale") or {}).get("kind", "numeric") == "numeric"
     per_case: dict[str, dict[tuple[int, str], tuple[float, float | None]]] = {}
     lines = [f"## {args.title}", ""]
     head = ["system", "seeds", "cases", "accuracy [95%]", "balanced", "MAE", "weighted κ",
@@ -132,7 +135,7 @@ def main() -> None:
             return "–" if x != x else f"{x:.{digits}f}"  # a figure the file does not have
 
         mae = f"{sum(errors) / len(errors):.2f}" if numeric and errors else "–"
-        kappa = fmt(avg("weighted_kappa")) if numeric else fmt(avg("kappa"))
+        kappa = fmt(avg("weighted_kappa")) if ordinal else fmt(avg("kappa"))
         lines.append(
             f"| {name} | {','.join(str(s) for s, _ in points)} | {len(cases)} | "
             f"{right / len(cases):.2f} [{lo:.2f}, {hi:.2f}] | {fmt(avg('balanced_accuracy'))} | "
