@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import dataset_spec
-from quality import wilson
+from quality import COLLAPSE_SHARE, wilson
 
 
 def load(spec: str) -> tuple[str, str, dict[str, Any], list[tuple[int, dict[str, Any]]]]:
@@ -90,6 +90,66 @@ def shown(diff: tuple[float, float, float] | None) -> str:
     return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
+def system_figures(points: list[tuple[int, dict[str, Any]]], numeric: bool, ordinal: bool
+                   ) -> dict[str, Any]:  # fmt: skip
+    """One system's figures over its pooled seeds: the per-case scores the paired
+    differences are drawn from, accuracy with its Wilson interval, MAE, κ, the verdicts given
+    and whether one verdict took COLLAPSE_SHARE (90%) or more of the cases."""
+    cases = {(seed, p["id"]): score(p, numeric) for seed, e in points
+             for p in e["test"]["predictions"]}  # fmt: skip
+    right = sum(r for r, _ in cases.values())
+    errors = [x for _, x in cases.values() if x is not None]
+    tests = [e["test"] for _, e in points]
+    verdicts: dict[str, int] = {}
+    for t in tests:
+        for v, c in t["verdict_counts"].items():
+            verdicts[v] = verdicts.get(v, 0) + c
+
+    def avg(k: str) -> float:
+        xs = [t[k] for t in tests if t.get(k) is not None]
+        return sum(xs) / len(xs) if xs else float("nan")  # nan: a figure the file lacks
+
+    top = max(verdicts.values(), default=0)
+    return {
+        "cases": cases,
+        "seeds": [s for s, _ in points],
+        "accuracy": right / len(cases),
+        "ci": wilson(int(right), len(cases)),
+        "balanced": avg("balanced_accuracy"),
+        "mae": sum(errors) / len(errors) if numeric and errors else None,
+        "kappa": avg("weighted_kappa") if ordinal else avg("kappa"),
+        "verdicts": dict(sorted(verdicts.items(), key=lambda x: -x[1])),
+        "collapsed": bool(cases) and top / len(cases) >= COLLAPSE_SHARE,
+        "tokens": avg("tokens_per_judgment"),
+    }
+
+
+def scale_kind(result: dict[str, Any]) -> tuple[bool, bool]:
+    """(numeric, ordinal) of a result file's scale: weighted κ on ordered scales
+    (feedbackqa's ratings are ordered too), MAE only on a numeric one, as the package's
+    agreement report computes them."""
+    ordinal = bool(result.get("ordinal"))
+    return ordinal and (result.get("scale") or {}).get("kind", "numeric") == "numeric", ordinal
+
+
+def load_all(specs: list[str]) -> dict[str, tuple[list[str], list[dict[str, Any]], list[Any]]]:
+    """NAME -> (files, results, pooled points), points of the same NAME pooled."""
+    loaded: dict[str, tuple[list[str], list[dict[str, Any]], list[Any]]] = {}
+    for name, file, result, points in (load(s) for s in specs):
+        files, results, pooled = loaded.setdefault(name, ([], [], []))
+        files.append(file)
+        results.append(result)
+        pooled.extend(points)
+    return loaded
+
+
+def commits_of(result: dict[str, Any]) -> list[str]:
+    """The commits a result file was measured at (a resumed run may name several)."""
+    info = result.get("invocations") or result.get("run_info") or {}
+    runs = info if isinstance(info, list) else [info]  # judge_options.py: a list
+    return sorted({str(r.get("git_commit", "?"))[:7] for r in runs})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("points", nargs="+", help="NAME=FILE:ENTRY")
@@ -97,16 +157,8 @@ def main() -> None:
     ap.add_argument("--md", required=True, help="where the Markdown table goes")
     ap.add_argument("--title", default="Paired comparison")
     args = ap.parse_args()
-    loaded: dict[str, tuple[list[str], list[dict[str, Any]], list[Any]]] = {}
-    for name, file, result, points in (load(s) for s in args.points):
-        files, results, pooled = loaded.setdefault(name, ([], [], []))
-        files.append(file)
-        results.append(result)
-        pooled.extend(points)
-    first = next(iter(loaded.values()))[1][0]
-    ordinal = bool(first.get("ordinal"))  # weighted κ (feedbackqa's ratings are ordered too)
-    # MAE only on a numeric scale, as the package's agreement report computes it.
-    numeric = ordinal and (first.get("scale") or {}).get("kind", "numeric") == "numeric"
+    loaded = load_all(args.points)
+    numeric, ordinal = scale_kind(next(iter(loaded.values()))[1][0])
     per_case: dict[str, dict[tuple[int, str], tuple[float, float | None]]] = {}
     lines = [f"## {args.title}", ""]
     head = ["system", "seeds", "cases", "accuracy [95%]", "balanced", "MAE", "weighted κ",
@@ -114,38 +166,22 @@ def main() -> None:
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     sources = []
     for name, (files, results, points) in loaded.items():
-        cases = {(seed, p["id"]): score(p, numeric) for seed, e in points
-                 for p in e["test"]["predictions"]}  # fmt: skip
-        per_case[name] = cases
-        right = sum(r for r, _ in cases.values())
-        lo, hi = wilson(int(right), len(cases))
-        errors = [x for _, x in cases.values() if x is not None]
-        tests = [e["test"] for _, e in points]
-        verdicts: dict[str, int] = {}
-        for t in tests:
-            for v, c in t["verdict_counts"].items():
-                verdicts[v] = verdicts.get(v, 0) + c
-        top = ", ".join(f"{v}: {c}" for v, c in sorted(verdicts.items(), key=lambda x: -x[1]))
-
-        def avg(k: str, tests: list[dict[str, Any]] = tests) -> float:
-            xs = [t[k] for t in tests if t.get(k) is not None]
-            return sum(xs) / len(xs) if xs else float("nan")
+        f = system_figures(points, numeric, ordinal)
+        per_case[name] = f["cases"]
 
         def fmt(x: float, digits: int = 2) -> str:
             return "–" if x != x else f"{x:.{digits}f}"  # a figure the file does not have
 
-        mae = f"{sum(errors) / len(errors):.2f}" if numeric and errors else "–"
-        kappa = fmt(avg("weighted_kappa")) if ordinal else fmt(avg("kappa"))
+        lo, hi = f["ci"]
+        mae = "–" if f["mae"] is None else f"{f['mae']:.2f}"
+        top = ", ".join(f"{v}: {c}" for v, c in f["verdicts"].items())
         lines.append(
-            f"| {name} | {','.join(str(s) for s, _ in points)} | {len(cases)} | "
-            f"{right / len(cases):.2f} [{lo:.2f}, {hi:.2f}] | {fmt(avg('balanced_accuracy'))} | "
-            f"{mae} | {kappa} | {top} | {fmt(avg('tokens_per_judgment'), 0)} |"
+            f"| {name} | {','.join(str(s) for s in f['seeds'])} | {len(f['cases'])} | "
+            f"{f['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] | {fmt(f['balanced'])} | "
+            f"{mae} | {fmt(f['kappa'])} | {top} | {fmt(f['tokens'], 0)} |"
         )
         for file, result in zip(files, results, strict=True):
-            info = result.get("invocations") or result.get("run_info") or {}
-            runs = info if isinstance(info, list) else [info]  # judge_options.py: a list
-            commits = sorted({str(r.get("git_commit", "?"))[:7] for r in runs})
-            sources.append(f"{name}: `{Path(file).name}` ({', '.join(commits)})")
+            sources.append(f"{name}: `{Path(file).name}` ({', '.join(commits_of(result))})")
     lines += ["", f"Paired against {args.against} (same cases, same seed; bootstrap 95%):", ""]
     lines += ["| system | cases | accuracy difference | absolute error difference |",
               "|---|---|---|---|"]  # fmt: skip
