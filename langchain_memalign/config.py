@@ -16,20 +16,22 @@ FLOORS = ("min_episode_similarity", "min_episode_similarity_with_rationale")
 def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None:
     """The similarity floor for past cases when none is given: by the kind of scale.
 
-    Numeric scales show the k nearest past cases whatever their similarity: their scores
-    anchor the judge on the scale (on prometheus, 1-5, the local 1.5B judge's mean absolute
-    error fell from 2.06 unaligned to 1.68 over two seeds; docs/benchmarks.md). Verdict
-    scales keep the near duplicates only: there a small judge copies the verdicts it is
-    shown whether or not the cases are alike. Except, on a bool scale, past cases that
-    carry the expert's rationale (`with_rationale`): a pass/fail verdict with its reason
-    is a worked example of the rule the experts apply. Showing the k nearest of them, the
-    local judge graded all six seen support-apology cases as the experts did in three
-    repeats out of three (5/6 each time with the 0.9 floor), and a pass/fail version of
-    feedbackqa stopped collapsing to "false" (docs/benchmarks.md, eighth session). On
-    feedbackqa's four ratings the same spread the verdicts without making them right;
-    pairwise sets had no rationales to try.
+    Past cases are shown only when they are near duplicates (0.9): a small judge copies
+    the verdicts and scores it is shown whether or not the cases are alike. Except, on a
+    bool scale, past cases that carry the expert's rationale (`with_rationale`): a
+    pass/fail verdict with its reason is a worked example of the rule the experts apply.
+    Showing the k nearest of them, the local judge graded all six seen support-apology
+    cases as the experts did in three repeats out of three (5/6 each time with the 0.9
+    floor), and a pass/fail version of feedbackqa stopped collapsing to "false"
+    (docs/benchmarks.md, eighth session). On feedbackqa's four ratings the same spread
+    the verdicts without making them right; pairwise sets had no rationales to try.
+    Numeric scales showed the k nearest too until the judge gave its score first: then,
+    on prometheus (1-5), the same memory judged with the 0.9 floor had error 1.15
+    against 1.33 and accuracy 0.37 against 0.23, at half the tokens, and every run with
+    the k nearest shown had trailed the unaligned judge (docs/benchmarks.md, tenth
+    session).
     """
-    if scale.kind == "numeric" or (with_rationale and scale.kind == "bool"):
+    if with_rationale and scale.kind == "bool":
         return None
     return 0.9
 
@@ -47,13 +49,12 @@ class JudgeConfig(BaseModel):
     min_episode_similarity: float | None = Field(
         default=0.9, ge=-1.0, le=1.0,
         description="Cosine similarity below which a retrieved past case is left out of "
-        "the judge prompt. Default (or \"auto\"): 0.9, and None on numeric scales, where "
-        "the past cases' scores anchor the judge on the scale (prometheus, 1-5, two "
-        "seeds: mean absolute error 1.68 against 2.06 unaligned; docs/benchmarks.md). "
-        "On the other scales a small judge model copies the verdicts of the past cases it is "
-        "shown, related or not, and on the team's four data sets a case's nearest other "
-        "case agrees with its verdict no more often than chance unless it is a near "
-        "duplicate (same question: similarity >= 0.9 with MiniLM; "
+        "the judge prompt. Default (or \"auto\"): 0.9 on every scale. A small judge "
+        "model copies the verdicts and scores of the past cases it is shown, related or "
+        "not (on prometheus, 1-5, showing the k nearest moved the local judge's error "
+        "from 1.15 to 1.33; docs/benchmarks.md), and on the team's four data sets a "
+        "case's nearest other case agrees with its verdict no more often than chance "
+        "unless it is a near duplicate (same question: similarity >= 0.9 with MiniLM; "
         "benchmarks/neighbour_labels.py). A case the experts graded retrieves itself at "
         "~1.0 and is always kept. None shows the k nearest whatever their similarity. "
         "Applies to past cases without a rationale; those with one have "
@@ -64,7 +65,7 @@ class JudgeConfig(BaseModel):
         description="The floor for past cases that carry the expert's rationale, which "
         "say why the verdict was given (`min_episode_similarity` is the floor for the "
         "others, bare verdicts). Default (or \"auto\"): None (the k nearest, however "
-        "far) on numeric and bool scales, 0.9 on categorical and pairwise ones. On a bool "
+        "far) on bool scales, 0.9 on numeric, categorical and pairwise ones. On a bool "
         "scale a verdict with its reason is a worked example: shown, they made the local "
         "judge grade support-apology's seen cases as the experts did more often and kept a "
         "pass/fail version of feedbackqa from collapsing to one verdict; on feedbackqa's "

@@ -616,8 +616,15 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     env.config.write_text(CONFIG.replace('"bool"', "[1, 5]").replace('"mem"', '"mem5"'))
     assert env.run("create")[0] == EXIT_OK
     stored = memory_summary(env.tmp / "mem5")["config"]
-    assert stored["min_episode_similarity"] is None  # and of a numeric scale
-    assert stored["min_episode_similarity_with_rationale"] is None
+    # unset on a numeric scale: near duplicates only, with or without a rationale
+    assert stored["min_episode_similarity"] == 0.9
+    assert stored["min_episode_similarity_with_rationale"] == 0.9
+    env.config.write_text(CONFIG.replace('"mem"', '"memb"'))
+    assert env.run("create")[0] == EXIT_OK
+    # unset on a bool scale: the k nearest past cases that carry a rationale
+    assert (
+        memory_summary(env.tmp / "memb")["config"]["min_episode_similarity_with_rationale"] is None
+    )
     env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
     code, _, err = env.run("create")
     assert code == EXIT_USAGE and "pairwise_mode" in err

@@ -108,10 +108,10 @@ def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> No
 
 
 def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: Any) -> None:
-    # Unset floors ("auto"): the k nearest on a 1-5 scale (their scores calibrate the
-    # judge); on a bool scale the k nearest of the past cases with a rationale (worked
-    # examples of the experts' rule) but only near duplicates of bare verdicts; only near
-    # duplicates on a categorical scale.
+    # Unset floors ("auto"): on a bool scale the k nearest of the past cases with a
+    # rationale (worked examples of the experts' rule) but only near duplicates of bare
+    # verdicts; only near duplicates on numeric and categorical scales (a small judge
+    # copies the scores it is shown).
     bare = [fb.model_copy(update={"id": f"{fb.id}-bare", "rationale": None})
             for fb in (SWEATER, HOURS, RUDE)]  # fmt: skip
     numbered = [fb.model_copy(update={"value": 2 if fb.value is False else 5})
@@ -135,7 +135,7 @@ def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: An
         found = judge.memory.retrieve(judge.memory.embed([query])[0])
         shown[kind] = (floors, sorted(e.feedback_id for e in found))
         judge.close()
-    assert shown["numeric"] == ((None, None), ["hours", "rude", "sweater"])
+    assert shown["numeric"] == ((0.9, 0.9), [])
     # the fake embeddings put no case near 0.9: the bare verdicts stay out
     assert shown["bool"] == ((0.9, None), ["hours", "rude", "sweater"])
     assert shown["categorical"] == ((0.9, 0.9), [])
@@ -144,7 +144,7 @@ def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: An
         scale=(1, 5), min_episode_similarity=0.5, min_episode_similarity_with_rationale="auto"
     )
     assert kept.config.min_episode_similarity == 0.5
-    assert kept.config.min_episode_similarity_with_rationale is None
+    assert kept.config.min_episode_similarity_with_rationale == 0.9
     kept = make_judge(scale=bool, min_episode_similarity="auto",
                       min_episode_similarity_with_rationale=0.9)  # fmt: skip
     assert (
