@@ -150,6 +150,13 @@ def commits_of(result: dict[str, Any]) -> list[str]:
     return sorted({str(r.get("git_commit", "?"))[:7] for r in runs})
 
 
+def write_report(lines: list[str], sources: list[str], md: str) -> None:
+    """The table lines and the files they came from, written to `md` and printed."""
+    text = "\n".join([*lines, "", "From: " + "; ".join(sources) + "."]) + "\n"
+    Path(md).write_text(text)
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("points", nargs="+", help="NAME=FILE:ENTRY")
@@ -192,10 +199,7 @@ def main() -> None:
         acc = shown(paired(cases, base, 0))
         err = shown(paired(cases, base, 1)) if numeric else "–"
         lines.append(f"| {name} | {len(cases.keys() & base.keys())} | {acc} | {err} |")
-    lines += ["", "From: " + "; ".join(sources) + "."]
-    text = "\n".join(lines) + "\n"
-    Path(args.md).write_text(text)
-    print(text)
+    write_report(lines, sources, args.md)
 
 
 if __name__ == "__main__":

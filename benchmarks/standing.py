@@ -19,7 +19,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from paired import commits_of, load_all, paired, scale_kind, shown, system_figures
+from paired import (
+    commits_of,
+    load_all,
+    paired,
+    scale_kind,
+    shown,
+    system_figures,
+    write_report,
+)
 
 
 def beyond(diff: tuple[float, float, float] | None) -> str:
@@ -71,10 +79,7 @@ def main() -> None:
                 sources.append(
                     f"{title}/{name}: `{Path(file).name}` ({', '.join(commits_of(result))})"
                 )
-    lines += ["", "From: " + "; ".join(sources) + "."]
-    text = "\n".join(lines) + "\n"
-    Path(args.md).write_text(text)
-    print(text)
+    write_report(lines, sources, args.md)
 
 
 if __name__ == "__main__":
