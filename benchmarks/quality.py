@@ -319,6 +319,17 @@ class ResultFile:
         os.replace(tmp, self.path)
 
 
+def seen_sample(seen: list[Feedback], most: int | None) -> list[Feedback]:
+    """At most `most` of the seen cases, evenly spread over the order they were aligned in.
+
+    Judging all 50 seen cases of a stage costs as much as 50 test judgments (more on pairwise
+    scales); a spread keeps early and late feedback in the sample, which a prefix would not.
+    """
+    if most is None or len(seen) <= most:
+        return list(seen)
+    return [seen[i * len(seen) // most] for i in range(most)]
+
+
 def entry_key(system: str, stage: int, repeat: int = 0) -> str:
     return f"{system}@{stage}" + (f"#{repeat}" if repeat else "")
 
@@ -494,9 +505,11 @@ class Bench:
                 rf.put(seed, key, system=system, stage=n, options=extra, **parts)
                 done_n = n
             if n in todo:
-                log(f"{spec.name} seed {seed}: {key} judging {len(test)} test + {n} seen")
+                seen_cases = seen_sample(pool[:n], self.args.max_seen)
+                log(f"{spec.name} seed {seed}: {key} judging {len(test)} test + "
+                    f"{len(seen_cases)} of {n} seen")  # fmt: skip
                 m = self.evaluate(judge, test, spec)
-                seen = self.evaluate(judge, pool[:n], spec) if n else None
+                seen = self.evaluate(judge, seen_cases, spec) if n else None
                 rf.put(seed, key, test=m, seen=seen)
                 log(f"  {key}: acc {m['accuracy']} bal {m['balanced_accuracy']} "
                     f"seen {seen and seen['accuracy']} collapsed {m['collapsed']}")  # fmt: skip
@@ -638,7 +651,7 @@ class Bench:
                 calls["unaligned"] += (1 + a.repeat_identical) * t * orders
             if "few_shot" in systems:
                 calls["few_shot"] += len(aligned) * t
-            seen = sum(aligned)
+            seen = sum(len(seen_sample(pool[:n], a.max_seen)) for n in aligned)
             if "ours" in systems:
                 calls["ours"] += (len(aligned) * t + seen) * orders
             rationales = any(fb.rationale for fb in pool)
@@ -654,7 +667,8 @@ class Bench:
                     keep = {int(x) for x in a.ablation_stages.split(",") if x.strip()}
                     judged = [n for n in aligned if not keep or n in keep or
                               (n == aligned[-1] and -1 in keep)]  # fmt: skip
-                    calls[f"ours_no_{abl}"] += (len(judged) * t + sum(judged)) * orders
+                    seen_j = sum(len(seen_sample(pool[:n], a.max_seen)) for n in judged)
+                    calls[f"ours_no_{abl}"] += (len(judged) * t + seen_j) * orders
             if a.mlflow:
                 ml_st = [n for n in st if a.mlflow_stages is None or n in a.mlflow_stages]
                 calls["mlflow"] += len(ml_st) * t
@@ -783,6 +797,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="judge the unaligned judge this many more times on the same test set",
+    )
+    ap.add_argument(
+        "--max-seen",
+        type=int,
+        default=None,
+        help="judge at most this many seen cases a stage, evenly spread over the aligned order "
+        "(default: all of them)",
     )
     ap.add_argument("--max-case-chars", type=int, default=1000)
     ap.add_argument("--max-field-chars", type=int, default=700)
