@@ -1,4 +1,4 @@
-"""The benchmarks' report scripts (benchmarks/paired.py, benchmarks/standing.py): what the
+"""The benchmarks' report scripts (benchmarks/paired.py, standing.py, curves.py): what the
 docs' tables claim is computed here, so it is pinned on small result files made up for it."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import curves
 import paired
 import standing
 
 
 def _result(path: Path, entry: str, seeds: dict[int, list[tuple[Any, Any]]],
-            *, numeric: bool = False) -> Path:  # fmt: skip
-    """A quality.py result file: per seed, one entry's test predictions (human, judge)."""
+            *, numeric: bool = False, seen: tuple[int, int] | None = None) -> Path:  # fmt: skip
+    """A quality.py result file: per seed, one entry's test predictions (human, judge), and
+    `seen` (right, judged) seen cases a seed."""
     out: dict[str, Any] = {
         "dataset": "x", "ordinal": numeric,
         "scale": {"kind": "numeric" if numeric else "bool"},
@@ -31,17 +33,20 @@ def _result(path: Path, entry: str, seeds: dict[int, list[tuple[Any, Any]]],
         out["seeds"][str(seed)] = {"entries": {entry: {"test": {
             "predictions": preds, "verdict_counts": verdicts, "tokens_per_judgment": 100,
         }}}}  # fmt: skip
+        if seen is not None:
+            out["seeds"][str(seed)]["entries"][entry]["seen"] = {"correct": seen[0], "n": seen[1]}
     path.write_text(json.dumps(out))
     return path
 
 
-def _standing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *sets: list[str]) -> list[str]:
+def _standing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *sets: list[str],
+              script: Any = standing, extra: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     md = tmp_path / "standing.md"
-    argv = ["standing.py", "--md", str(md)]
+    argv = ["standing.py", "--md", str(md), *extra]
     for s in sets:
         argv += ["--set", *s]
     monkeypatch.setattr(sys, "argv", argv)
-    standing.main()
+    script.main()
     return md.read_text().splitlines()
 
 
@@ -106,3 +111,37 @@ def test_paired_difference_is_within_noise_when_systems_trade_cases() -> None:
     assert mean == 0 and lo < 0 < hi
     assert standing.beyond(diff) == ""
     assert paired.paired(a, {}, 0) is None
+
+
+def test_curves_orders_stages_pools_seen_cases_and_pairs_with_the_unaligned_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    truth = [True, False] * 20
+    half = [(h, h if i % 4 else not h) for i, h in enumerate(truth)]  # 30 of 40 right
+    base = _result(tmp_path / "u.json", "unaligned@0", {0: half, 1: half})
+    ten = _result(tmp_path / "t.json", "ours@10", {0: [(h, h) for h in truth]}, seen=(9, 10))
+    fifty = _result(tmp_path / "f.json", "ours@50", {0: [(h, h) for h in truth],
+                                                     1: [(h, h) for h in truth]},
+                    seen=(18, 20))  # fmt: skip
+    img = tmp_path / "curves.png"
+    lines = _standing(tmp_path, monkeypatch,
+                      ["set", f"ours@50={fifty}:ours@50", f"ours@0={base}:unaligned@0",
+                       f"ours@10={ten}:ours@10"],
+                      script=curves, extra=("--img", str(img)))  # fmt: skip
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| set")]
+    assert [r[2] for r in rows] == ["0", "10", "50"]  # by stage, whatever the order given
+    assert rows[0][5].startswith("0.75") and rows[0][10] == "(itself)"
+    assert rows[1][8] == "9/10" and rows[2][8] == "36/40"  # seen cases over both seeds
+    assert rows[1][10].startswith("+0.250")  # paired on seed 0 only: ours@10 ran it alone
+    assert "beyond noise" in rows[2][10]
+    assert img.stat().st_size > 0
+
+
+def test_curves_refuses_a_point_without_a_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = _result(tmp_path / "o.json", "unaligned@0", {0: [(True, True)]})
+    with pytest.raises(SystemExit, match="SYSTEM@STAGE"):
+        _standing(tmp_path, monkeypatch,
+                  ["set", f"ours@0={other}:unaligned@0", f"ours={other}:unaligned@0"],
+                  script=curves)  # fmt: skip
