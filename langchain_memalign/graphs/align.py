@@ -41,6 +41,7 @@ from langchain_memalign.graphs.prompts import (
     reflect_messages,
 )
 from langchain_memalign.graphs.provenance import (
+    TOPIC_SEARCH_DEPTH,
     names_one_case,
     restates_case,
     supporting_sources,
@@ -239,12 +240,15 @@ class AlignNodes(ForgetStep):
             topic = (
                 None
                 if min_support is None
-                else names_one_case(self._nearest_cases(proposal_vectors[text], episode_vectors))
+                else names_one_case(
+                    self._nearest_topics(proposal_vectors[text], episode_vectors, hashes)
+                )
             )
-            if topic is not None and topic in support:
+            if topic is not None and set(topic) & set(support):
                 rejected.append(
                     RejectedGuideline(
-                        text=text, reason=f"names the topic of one case ({topic}), not a rule"
+                        text=text,
+                        reason=f"names the topic of one case ({', '.join(topic)}), not a rule",
                     )
                 )
                 continue
@@ -292,19 +296,37 @@ class AlignNodes(ForgetStep):
             "new_guidelines": [g.id for g in plan.added],
         }
 
-    def _nearest_cases(
-        self, vector: np.ndarray, new: dict[str, np.ndarray], n: int = 2
-    ) -> list[tuple[str, float]]:
-        """(feedback id, cosine) of the `n` cases nearest `vector`, stored or being stored."""
+    def _nearest_topics(
+        self, vector: np.ndarray, new: dict[str, np.ndarray], hashes: dict[str, str], n: int = 2
+    ) -> list[tuple[tuple[str, ...], float]]:
+        """The `n` topics nearest `vector`, best first: (feedback ids, cosine).
+
+        Cases embedded from the same text are one topic: with `embed="inputs"`, several
+        answers to one question (prometheus has three to five) get one vector, so a
+        guideline about that question was as close to each of them as to the next and
+        passed the gap test ("The implementation is correct, using Python's `re`
+        module ...", three cases at 0.80, kept at 50 items). `new`: vectors of cases being
+        stored; `hashes`: their embedded texts' hashes.
+        """
         mem = self.memory
         # The index's own normalization, so cases being stored score as stored ones do.
         q = as_matrix(vector)[0]
-        hits = mem.index.search(q, n + len(new))
-        ids = mem.store.episodes_by_rowid([r for r, _ in hits])
-        scored = {ids[r].id: float(sim) for r, sim in hits if r in ids and ids[r].id not in new}
+        # Deeper than `n`: the nearest hits may all be answers to one question.
+        hits = mem.index.search(q, TOPIC_SEARCH_DEPTH * n + len(new))
+        stored = mem.store.episodes_by_rowid([r for r, _ in hits])
+        scored: dict[str, tuple[str, float]] = {}
+        for r, sim in hits:
+            fb = stored.get(r)
+            if fb is not None and fb.id not in new:
+                key = mem.text_hash(mem.case_text(fb.inputs, fb.outputs))
+                scored[fb.id] = (key, float(sim))
         for fid, v in new.items():
-            scored[fid] = float(as_matrix(v)[0] @ q)
-        return sorted(scored.items(), key=lambda x: -x[1])[:n]
+            scored[fid] = (hashes[fid], float(as_matrix(v)[0] @ q))
+        topics: dict[str, tuple[list[str], float]] = {}
+        for fid, (key, sim) in sorted(scored.items(), key=lambda x: -x[1][1]):
+            topics.setdefault(key, ([], sim))[0].append(fid)
+        ranked = sorted(topics.values(), key=lambda t: -t[1])
+        return [(tuple(ids), sim) for ids, sim in ranked[:n]]
 
     # -- validate -------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -80,23 +81,28 @@ def _copies_remark(text: str, rationale: str) -> bool:
     return copied >= 2
 
 
+T = TypeVar("T")
+
 # A guideline this much closer to one stored case than to any other, and at least
 # TOPIC_MIN close to it, is about that case's topic (see `names_one_case`).
 TOPIC_MIN = 0.3
 TOPIC_GAP = 0.15
+# Hits searched a topic: answers to one question share a vector and fill the nearest hits.
+TOPIC_SEARCH_DEPTH = 8
 
 
-def names_one_case(nearest: Sequence[tuple[str, float]]) -> str | None:
+def names_one_case(nearest: Sequence[tuple[T, float]]) -> T | None:
     """The one case a guideline is about, if it is about one case's topic.
 
-    `nearest`: (feedback id, cosine similarity) of the stored cases nearest the
-    guideline's embedding, best first. A rule carries to new cases; a topic does
-    not. Measured with MiniLM on feedbackqa: "When the answer refers to student
-    workers, not agricultural workers, the score should be Bad." scored 0.33
-    against its source case's inputs and at most 0.08 against every other case;
-    a general rule ("When the answer does not directly address the question
-    asked, ...") scored 0.08 against its source and up to 0.16 against others.
-    On a second split, copied crowd rationales scored 0.46/0.15, 0.52/0.18 and
+    `nearest`: (case, cosine similarity) of the stored cases nearest the guideline's
+    embedding, best first; a "case" may be a group of feedback ids embedded from the
+    same text (answers to one question), which the embedding cannot tell apart. A rule
+    carries to new cases; a topic does not. Measured with MiniLM on feedbackqa: "When
+    the answer refers to student workers, not agricultural workers, the score should
+    be Bad." scored 0.33 against its source case's inputs and at most 0.08 against
+    every other case; a general rule ("When the answer does not directly address the
+    question asked, ...") scored 0.08 against its source and up to 0.16 against
+    others. On a second split, copied crowd rationales scored 0.46/0.15, 0.52/0.18 and
     0.62/0.38 (best/next), and support-apology's "Replies to upset customers must
     open with an apology." 0.32/0.30 (a kind of case, several close).
     With fewer than two stored cases nothing can be told apart: None.

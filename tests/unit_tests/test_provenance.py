@@ -194,3 +194,47 @@ def test_align_rejects_a_guideline_about_one_case_topic(make_judge: Any) -> None
     assert [(r.text, r.reason) for r in report.guidelines_rejected] == [
         (topic, "names the topic of one case (a), not a rule")
     ]
+
+
+def test_align_rejects_a_guideline_about_one_question_answered_several_times(
+    make_judge: Any,
+) -> None:
+    # Three answers to one question are one topic (one embedded text, one vector); a
+    # guideline about that question is as close to each of them, and used to pass the gap.
+    question = "Write a Python function that validates email addresses."
+    answers = [
+        fb(f"e{i}", question, out, value, why)
+        for i, (out, value, why) in enumerate([
+            ("import re ...", True, "Correct: it validates email addresses with re."),
+            ("def f(s): return '@' in s", False, "Too loose: any text with @ passes."),
+            ("import re (no anchors)", False, "The regular expression lacks anchors."),
+        ])
+    ]  # fmt: skip
+    other = fb("o", "When do clinics open?", "At 8am on weekdays.", True, None)
+    topic = "The implementation is correct, using re to validate email addresses."
+    rule = "A function that validates input must reject malformed values."
+    responder = RoleResponder()
+
+    def reflect(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {"guidelines": [{"text": t, "source_ids": ["e0"], "existing_id": ""}
+                                   for t in (topic, rule)]}  # fmt: skip
+        return responder(messages)
+
+    table = {
+        question: [1.0, 0.0, 0.0],
+        str(other.inputs): [0.0, 1.0, 0.0],
+        topic: list(unit(0.8, 0.0, 0.6)),
+        rule: list(unit(0.2, 0.0, 1.0)),
+        str(answers[0].rationale): list(unit(0.8, 0.0, 0.6)),
+    }
+    judge = make_judge(
+        model=ScriptedChatModel(responder=reflect),
+        embeddings=TableEmbeddings(table, default=[0.0, 0.0, 1.0]),
+        source_support=0.4,
+    )
+    report = judge.align([*answers, other])
+    assert [g.text for g in judge.guidelines] == [rule]
+    assert [(r.text, r.reason) for r in report.guidelines_rejected] == [
+        (topic, "names the topic of one case (e0, e1, e2), not a rule")
+    ]
