@@ -21,19 +21,10 @@ result files only: no model call.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from paired import (
-    commits_of,
-    load_all,
-    paired,
-    scale_kind,
-    shown,
-    system_figures,
-    write_report,
-)
-from standing import beyond
+from paired import paired, shown, write_report
+from standing import beyond, collapse_flag, load_set, set_sources
 
 
 def stage_of(name: str) -> tuple[str, int]:
@@ -106,11 +97,7 @@ def main() -> None:
     sources: list[str] = []
     panels = []
     for title, *specs in args.sets:
-        loaded = load_all(specs)
-        if args.against not in loaded:
-            raise SystemExit(f"{title}: no point named {args.against!r}")
-        numeric, ordinal = scale_kind(next(iter(loaded.values()))[1][0])
-        figures = {n: system_figures(pts, numeric, ordinal) for n, (_, _, pts) in loaded.items()}
+        loaded, figures, _ = load_set(title, specs, args.against)
         base = figures[args.against]["cases"]
         curve: dict[str, list[tuple[int, float, float, float]]] = {}
         for name in sorted(figures, key=lambda n: (stage_of(n)[0] != "ours", stage_of(n))):
@@ -119,10 +106,6 @@ def main() -> None:
             lo, hi = f["ci"]
             curve.setdefault(system, []).append((stage, f["accuracy"], lo, hi))
             mae = "–" if f["mae"] is None else f"{f['mae']:.2f}"
-            flag = "no"
-            if f["collapsed"]:
-                top = next(iter(f["verdicts"]))
-                flag = f"**yes**: {top} {f['verdicts'][top]} of {len(f['cases'])}"
             seen = seen_right(loaded[name][2])
             seen_s = "–" if seen is None else f"{seen[0]}/{seen[1]}"
             tokens = "–" if f["tokens"] != f["tokens"] else f"{f['tokens']:.0f}"
@@ -131,15 +114,11 @@ def main() -> None:
             seeds = ",".join(str(s) for s in f["seeds"])
             lines.append(
                 f"| {title} | {system} | {stage} | {seeds} | {len(f['cases'])} | "
-                f"{f['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] | {mae} | {flag} | {seen_s} | "
-                f"{tokens} | {acc} |"
+                f"{f['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] | {mae} | {collapse_flag(f)} | "
+                f"{seen_s} | {tokens} | {acc} |"
             )
         panels.append((title, curve))
-        for name, (files, results, _) in loaded.items():
-            for file, result in zip(files, results, strict=True):
-                sources.append(
-                    f"{title}/{name}: `{Path(file).name}` ({', '.join(commits_of(result))})"
-                )
+        sources += set_sources(title, loaded)
     write_report(lines, sources, args.md)
     if args.img:
         plot(panels, args.img)

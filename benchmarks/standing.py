@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from paired import (
     commits_of,
@@ -35,6 +36,35 @@ def beyond(diff: tuple[float, float, float] | None) -> str:
     return " **(beyond noise)**" if diff and (diff[1] > 0 or diff[2] < 0) else ""
 
 
+def load_set(title: str, specs: list[str], against: str
+             ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], bool]:  # fmt: skip
+    """One `--set`: its loaded points, each point's figures, and whether the scale is
+    numeric; the point named `against` must be among them (the others pair with it)."""
+    loaded = load_all(specs)
+    if against not in loaded:
+        raise SystemExit(f"{title}: no point named {against!r}")
+    numeric, ordinal = scale_kind(next(iter(loaded.values()))[1][0])
+    figures = {n: system_figures(pts, numeric, ordinal) for n, (_, _, pts) in loaded.items()}
+    return loaded, figures, numeric
+
+
+def collapse_flag(f: dict[str, Any]) -> str:
+    """'no', or the verdict that took 90% or more of the cases and how many."""
+    if not f["collapsed"]:
+        return "no"
+    top = next(iter(f["verdicts"]))
+    return f"**yes**: {top} {f['verdicts'][top]} of {len(f['cases'])}"
+
+
+def set_sources(title: str, loaded: dict[str, Any]) -> list[str]:
+    """'title/name: `file` (commits)' for every file a set's points came from."""
+    return [
+        f"{title}/{name}: `{Path(file).name}` ({', '.join(commits_of(result))})"
+        for name, (files, results, _) in loaded.items()
+        for file, result in zip(files, results, strict=True)
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--set", nargs="+", action="append", required=True, dest="sets",
@@ -47,22 +77,13 @@ def main() -> None:
             "one verdict ≥ 90%", f"accuracy − {args.against} [95%]",
             f"error − {args.against} [95%]"]  # fmt: skip
     lines = [f"## {args.title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    sources = []
+    sources: list[str] = []
     for title, *specs in args.sets:
-        loaded = load_all(specs)
-        if args.against not in loaded:
-            raise SystemExit(f"{title}: no point named {args.against!r}")
-        numeric, ordinal = scale_kind(next(iter(loaded.values()))[1][0])
-        figures = {n: system_figures(pts, numeric, ordinal) for n, (_, _, pts) in loaded.items()}
+        loaded, figures, numeric = load_set(title, specs, args.against)
         base = figures[args.against]["cases"]
         for name, f in figures.items():
             lo, hi = f["ci"]
             mae = "–" if f["mae"] is None else f"{f['mae']:.2f}"
-            if f["collapsed"]:
-                top = next(iter(f["verdicts"]))
-                flag = f"**yes**: {top} {f['verdicts'][top]} of {len(f['cases'])}"
-            else:
-                flag = "no"
             if name == args.against:
                 acc = err = "(itself)"
             else:
@@ -72,13 +93,10 @@ def main() -> None:
             seeds = ",".join(str(s) for s in f["seeds"])
             lines.append(
                 f"| {title} | {name} | {seeds} | {len(f['cases'])} | "
-                f"{f['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] | {mae} | {flag} | {acc} | {err} |"
+                f"{f['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] | {mae} | {collapse_flag(f)} | "
+                f"{acc} | {err} |"
             )
-        for name, (files, results, _) in loaded.items():
-            for file, result in zip(files, results, strict=True):
-                sources.append(
-                    f"{title}/{name}: `{Path(file).name}` ({', '.join(commits_of(result))})"
-                )
+        sources += set_sources(title, loaded)
     write_report(lines, sources, args.md)
 
 
