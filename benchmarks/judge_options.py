@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import FILES, dataset_spec, load_jsonl, load_scenario
 from provenance import file_sha256, run_info
-from quality import metrics
+from quality import metrics, seen_sample
 from side_by_side import build_models
 
 from langchain_memalign import MemAlignJudge
@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=str(shared / "data"))
     ap.add_argument("--scenario-dir", default=str(shared / "scenarios"))
     ap.add_argument("--max-concurrency", type=int, default=2)
+    ap.add_argument("--max-seen", type=int, default=None,
+                    help="judge at most this many seen cases, as quality.py --max-seen")  # fmt: skip
     ap.add_argument("--judge-max-tokens", type=int, default=400)
     ap.add_argument("--reflect-max-tokens", type=int, default=768)
     ap.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         sums = {f"{name}/{f.name}": file_sha256(f) for f in sorted(folder.glob("*.jsonl"))}
     by_id = {fb.id: fb for fb in rows}
     test = [by_id[i] for i in split["test_ids"]]
-    seen = [by_id[i] for i in split["train_ids"][: a.stage]]
+    # The seen cases quality.py judged (--max-seen: the same spread sample).
+    seen = seen_sample([by_id[i] for i in split["train_ids"][: a.stage]], a.max_seen)
 
     models = {"chat": f"{a.chat_model} @ {a.chat_url}",
               "embeddings": f"{a.embedding_model} @ {a.emb_url}"}  # fmt: skip
