@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario-dir", default=str(shared / "scenarios"))
     ap.add_argument("--max-concurrency", type=int, default=2)
     ap.add_argument("--max-seen", type=int, default=None,
-                    help="judge at most this many seen cases, as quality.py --max-seen")  # fmt: skip
+                    help="at most this many seen cases, as quality.py --max-seen")  # fmt: skip
     ap.add_argument("--judge-max-tokens", type=int, default=400)
     ap.add_argument("--reflect-max-tokens", type=int, default=768)
     ap.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
