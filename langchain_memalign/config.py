@@ -100,6 +100,14 @@ class JudgeConfig(BaseModel):
         default=96, ge=1,
         description="Breadth of an HNSW search: higher is more exact and slower.",
     )  # fmt: skip
+    show_other_answers: bool = Field(
+        default=True,
+        description="Show past cases that have this case's inputs but other outputs "
+        '(another answer to the same question). With `embed="inputs"` they are retrieved '
+        "at similarity 1.0, as the case itself is, so no floor leaves them out; their "
+        "verdict belongs to another answer. False leaves them out of judgments and of "
+        "validation (measured on prometheus: docs/benchmarks.md).",
+    )
     reuse_expert_verdicts: bool = Field(
         default=True,
         description="Answer with the experts' verdict, without a model call, when the case "

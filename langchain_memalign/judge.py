@@ -97,6 +97,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         max_retries: Retries when a model returns malformed output.
         hnsw_threshold: Episodes past which retrieval becomes approximate (HNSW).
         hnsw_ef_search: Breadth of an HNSW search.
+        show_other_answers: Show past cases with this case's inputs and other
+            outputs (`JudgeConfig.show_other_answers`).
         reuse_expert_verdicts: Answer with the experts' verdict on a case they graded.
         source_support: Similarity a cited rationale needs to count as a guideline's
             source (`None` trusts the model's citations).
@@ -140,6 +142,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         max_retries: int = 2,
         hnsw_threshold: int = 50_000,
         hnsw_ef_search: int = 96,
+        show_other_answers: bool = True,
         reuse_expert_verdicts: bool = True,
         source_support: float | None = 0.4,
         validate_guidelines: Literal["off", "sources", "all"] = "sources",
@@ -164,6 +167,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             max_retries=max_retries,
             hnsw_threshold=hnsw_threshold,
             hnsw_ef_search=hnsw_ef_search,
+            show_other_answers=show_other_answers,
             reuse_expert_verdicts=reuse_expert_verdicts,
             source_support=source_support,
             validate_guidelines=validate_guidelines,

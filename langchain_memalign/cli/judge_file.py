@@ -106,6 +106,7 @@ class JudgeFile(BaseModel):
     reflect_batch_size: int | None = None
     hnsw_threshold: int | None = None
     hnsw_ef_search: int | None = None
+    show_other_answers: bool | None = None
     reuse_expert_verdicts: bool | None = None
     max_retries: int | None = None
     source_support: float | Literal["off"] | None = None

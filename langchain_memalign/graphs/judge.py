@@ -161,7 +161,8 @@ class JudgeNodes:
     def retrieve_episodes(self, state: JudgeState) -> dict[str, Any]:
         """The k most similar past cases with the experts' verdicts."""
         view = self.memory.snapshot(state.get("memory_seq"))
-        return {"episodes": self.memory.retrieve(state.get("query_vector"), view=view)}
+        case = (state.get("inputs"), state.get("outputs"))
+        return {"episodes": self.memory.retrieve(state.get("query_vector"), view=view, case=case)}
 
     async def aretrieve_episodes(self, state: JudgeState) -> dict[str, Any]:
         """Async twin of `retrieve_episodes`: FAISS and SQLite run off the event loop."""

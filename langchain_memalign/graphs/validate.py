@@ -123,7 +123,11 @@ class GuidelineValidator:
             # verdict, so seen cases would measure recall, not whether the rule helps
             # on a case like this one that the judge has not seen.
             k = mem.config.k
-            near = mem.retrieve(qv, k=k + 1) if qv is not None and k else []
+            near = (
+                mem.retrieve(qv, k=k + 1, case=(fb.inputs, fb.outputs))
+                if qv is not None and k
+                else []
+            )
             episodes = [e for e in near if e.feedback_id != fb.id][:k]
             verdict = self.judge_nodes.grade(case, guidelines, episodes, config)
             return format_value(verdict.score) == format_value(fb.value), verdict.usage

@@ -143,6 +143,15 @@ class MemoryView:
     index: EpisodicIndex
 
 
+def is_other_answer(past: Feedback, inputs: Any, outputs: Any) -> bool:
+    """Whether a past case answers these inputs with other outputs.
+
+    The same question with another answer: its verdict is not this case's.
+    """
+    same_inputs = stable_hash(past.inputs) == stable_hash(inputs)
+    return same_inputs and stable_hash(past.outputs) != stable_hash(outputs)
+
+
 class JudgeMemory:
     """Semantic and episodic memory behind one judge."""
 
@@ -559,12 +568,15 @@ class JudgeMemory:
         view: MemoryView | None = None,
         *,
         floors: bool = True,
+        case: tuple[Any, Any] | None = None,
     ) -> list[Episode]:
         """The `k` most similar past cases, as of one version of the memory.
 
         Those below their similarity floor (`min_episode_similarity`, or
         `min_episode_similarity_with_rationale` for those with a rationale) are left
-        out; `floors=False` returns the `k` nearest.
+        out; `floors=False` returns the `k` nearest. `case`: the (inputs, outputs) being
+        judged; with `show_other_answers=False`, past cases with its inputs and other
+        outputs are left out too.
         """
         view = view or self._view
         k = self.config.k if k is None else k
@@ -585,6 +597,12 @@ class JudgeMemory:
                 else self.config.min_episode_similarity
             )
             if floors and floor is not None and score < floor:
+                continue
+            if (
+                case is not None
+                and not self.config.show_other_answers
+                and is_other_answer(fb, *case)
+            ):
                 continue
             episodes.append(
                 Episode(

@@ -364,3 +364,27 @@ def test_unaligned_feedback_is_not_reused(make_judge: Any, model: Any) -> None:
     calls = len(model.calls)
     result = judge.invoke({"inputs": HOURS.inputs, "outputs": HOURS.outputs})
     assert len(model.calls) == calls + 1 and "hours" not in result["metadata"]["episode_ids"]
+
+
+def test_show_other_answers_off_leaves_out_another_answer_to_the_same_question(
+    make_judge: Any,
+) -> None:
+    # Two answers to one question share a vector (inputs are embedded): the other answer
+    # is retrieved at similarity 1, as the case itself is, and no floor leaves it out.
+    good = SWEATER.model_copy(update={"id": "good", "outputs": "Sorry! Here is a refund."})
+    bad = SWEATER.model_copy(update={"id": "bad", "outputs": "Read the policy.", "value": False})
+    case = {"inputs": SWEATER.inputs, "outputs": "Sorry! Here is a refund."}
+    shown = {}
+    for option in (True, False):
+        judge = make_judge(k=3, show_other_answers=option)
+        judge.align([good, bad, HOURS])
+        nodes = JudgeNodes(judge.memory, judge.model)
+        vec = nodes.embed_case(dict(case))["query_vector"]
+        shown[option] = [
+            ep.feedback_id
+            for ep in nodes.retrieve_episodes({**case, "query_vector": vec})["episodes"]
+        ]
+        judge.close()
+    assert {"good", "bad"} <= set(shown[True])
+    # off: the case's own past verdict and unrelated cases stay, the other answer goes
+    assert "good" in shown[False] and set(shown[False]) == set(shown[True]) - {"bad"}
