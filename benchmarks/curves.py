@@ -51,10 +51,15 @@ def plot(panels: list[tuple[str, dict[str, list[tuple[int, float, float, float]]
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.4), squeeze=False)
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.0 * rows + 0.5), squeeze=False)
+    axes = [list(grid.flat)]  # one list of panels, filled row by row
+    for spare in axes[0][len(panels) :]:
+        spare.set_visible(False)
     systems = sorted({s for _, lines in panels for s in lines}, key=lambda s: (s != "ours", s))
     colours = {s: f"C{i}" for i, s in enumerate(systems)}  # one colour a system on every panel
-    for ax, (title, lines) in zip(axes[0], panels, strict=True):
+    for ax, (title, lines) in zip(axes[0], panels, strict=False):
         width = max((x for pts in lines.values() for x, *_ in pts), default=1) or 1
         for i, system in enumerate(systems):
             pts = sorted(lines.get(system, []))
@@ -69,11 +74,12 @@ def plot(panels: list[tuple[str, dict[str, list[tuple[int, float, float, float]]
         ax.set_xlabel("feedback items")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("test accuracy (Wilson 95%)")
+    for row in grid:
+        row[0].set_ylabel("test accuracy (Wilson 95%)")
     handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
     fig.legend([handles[s] for s in systems if s in handles], [s for s in systems if s in handles],
                loc="lower center", ncol=len(systems), fontsize="small")  # fmt: skip
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
