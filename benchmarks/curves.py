@@ -1,6 +1,6 @@
 """Learning curves: every data set's systems at 0, 10 and 50 feedback items, with intervals.
 
-    python benchmarks/curves.py --md results/curves.md --img ../docs/img/curves.png \\
+    python benchmarks/curves.py --md results/curves.md --img ../docs/img/quality_curves.png \\
         --set halubench ours@0=R/quality_halubench.json:unaligned@0 \\
                         ours@10=R/quality_halubench.json:ours@10 \\
                         ours@50=R/quality_halubench.json:ours@50 \\
@@ -54,12 +54,12 @@ def plot(panels: list[tuple[str, dict[str, list[tuple[int, float, float, float]]
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
     fig, grid = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.0 * rows + 0.5), squeeze=False)
-    axes = [list(grid.flat)]  # one list of panels, filled row by row
-    for spare in axes[0][len(panels) :]:
+    axes = list(grid.flat)  # filled row by row
+    for spare in axes[len(panels) :]:
         spare.set_visible(False)
     systems = sorted({s for _, lines in panels for s in lines}, key=lambda s: (s != "ours", s))
     colours = {s: f"C{i}" for i, s in enumerate(systems)}  # one colour a system on every panel
-    for ax, (title, lines) in zip(axes[0], panels, strict=False):
+    for ax, (title, lines) in zip(axes, panels, strict=False):
         width = max((x for pts in lines.values() for x, *_ in pts), default=1) or 1
         for i, system in enumerate(systems):
             pts = sorted(lines.get(system, []))
@@ -76,7 +76,7 @@ def plot(panels: list[tuple[str, dict[str, list[tuple[int, float, float, float]]
         ax.grid(alpha=0.3)
     for row in grid:
         row[0].set_ylabel("test accuracy (Wilson 95%)")
-    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
     fig.legend([handles[s] for s in systems if s in handles], [s for s in systems if s in handles],
                loc="lower center", ncol=len(systems), fontsize="small")  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))
