@@ -314,12 +314,13 @@ class AlignNodes(ForgetStep):
         # Deeper than `n`: the nearest hits may all be answers to one question.
         hits = mem.index.search(q, TOPIC_SEARCH_DEPTH * n + len(new))
         stored = mem.store.episodes_by_rowid([r for r, _ in hits])
+        # The hash stored with each episode: the text its vector was embedded from.
+        keys = mem.store.episode_keys(fb.id for fb in stored.values())
         scored: dict[str, tuple[str, float]] = {}
         for r, sim in hits:
             fb = stored.get(r)
-            if fb is not None and fb.id not in new:
-                key = mem.text_hash(mem.case_text(fb.inputs, fb.outputs))
-                scored[fb.id] = (key, float(sim))
+            if fb is not None and fb.id not in new and fb.id in keys:
+                scored[fb.id] = (keys[fb.id][1], float(sim))
         for fid, v in new.items():
             scored[fid] = (hashes[fid], float(as_matrix(v)[0] @ q))
         topics: dict[str, tuple[list[str], float]] = {}

@@ -146,10 +146,10 @@ class MemoryView:
 def is_other_answer(past: Feedback, inputs: Any, outputs: Any) -> bool:
     """Whether a past case answers these inputs with other outputs.
 
-    The same question with another answer: its verdict is not this case's.
+    The same question with another answer: its verdict is not this case's. Compared
+    as rendered, as the judge tells a case the experts graded (`expert_verdict`).
     """
-    same_inputs = stable_hash(past.inputs) == stable_hash(inputs)
-    return same_inputs and stable_hash(past.outputs) != stable_hash(outputs)
+    return render(past.inputs) == render(inputs) and render(past.outputs) != render(outputs)
 
 
 class JudgeMemory:
