@@ -15,6 +15,20 @@ CALM = fb("calm", "What time do you close?", "We close at 6pm.", True,
           "A calm question needs no apology; a direct answer is right.")  # fmt: skip
 
 
+def proposing(*proposals: tuple[str, list[str]]) -> ScriptedChatModel:
+    """A model whose reflection proposes these (text, cited ids) guidelines and that
+    answers every other call as `RoleResponder` does."""
+    responder = RoleResponder()
+
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {"guidelines": [{"text": t, "source_ids": ids, "existing_id": ""}
+                                   for t, ids in proposals]}  # fmt: skip
+        return responder(messages)
+
+    return ScriptedChatModel(responder=respond)
+
+
 def unit(*xs: float) -> np.ndarray:
     v = np.asarray(xs, dtype=np.float32)
     return v / np.linalg.norm(v)
@@ -80,22 +94,11 @@ class TableEmbeddings(Embeddings):
 
 def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_judge: Any) -> None:
     rule = "When the customer is upset, open with an apology."
-    responder = RoleResponder()
-
-    def reflect(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            return {
-                "guidelines": [
-                    {"text": rule, "source_ids": ["upset", "calm"], "existing_id": ""},
-                    {
-                        "text": "Reply that my order is late and apologize.",
-                        "source_ids": ["upset"],
-                        "existing_id": "",
-                    },
-                    {"text": "Be brief.", "source_ids": ["calm"], "existing_id": ""},
-                ]
-            }
-        return responder(messages)
+    model = proposing(
+        (rule, ["upset", "calm"]),
+        ("Reply that my order is late and apologize.", ["upset"]),
+        ("Be brief.", ["calm"]),
+    )
 
     table = {
         rule: [1.0, 0.0, 0.0],
@@ -103,11 +106,7 @@ def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_ju
         str(UPSET.rationale): [0.95, 0.2, 0.0],
         str(CALM.rationale): [0.1, 1.0, 0.0],
     }
-    judge = make_judge(
-        model=ScriptedChatModel(responder=reflect),
-        embeddings=TableEmbeddings(table),
-        source_support=0.4,
-    )
+    judge = make_judge(model=model, embeddings=TableEmbeddings(table), source_support=0.4)
     report = judge.align([UPSET, CALM])
     assert [(g.text, g.source_ids) for g in judge.guidelines] == [(rule, ("upset",))]
     assert {(r.text, r.reason) for r in report.guidelines_rejected} == {
@@ -124,21 +123,13 @@ def test_unalign_keeps_a_rule_the_remaining_feedback_supports(make_judge: Any) -
     rule = "When the customer is upset, open with an apology."
     upset2 = fb("upset2", "The blender broke. Terrible!", "Use the warranty form.", False,
                 "Upset customer, no apology at the start.")  # fmt: skip
-    responder = RoleResponder()
-
-    def respond(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            cited = ["upset", "upset2", "calm"]
-            return {"guidelines": [{"text": rule, "source_ids": cited, "existing_id": ""}]}
-        return responder(messages)
-
     table = {
         rule: [1.0, 0.0, 0.0],
         str(UPSET.rationale): [0.95, 0.2, 0.0],
         str(upset2.rationale): [0.9, 0.3, 0.0],
         str(CALM.rationale): [0.1, 1.0, 0.0],
     }
-    model = ScriptedChatModel(responder=respond)
+    model = proposing((rule, ["upset", "upset2", "calm"]))
     judge = make_judge(model=model, embeddings=TableEmbeddings(table), source_support=0.4)
     judge.align([UPSET, upset2, CALM])
     [g] = judge.guidelines
@@ -168,14 +159,6 @@ def test_align_rejects_a_guideline_about_one_case_topic(make_judge: Any) -> None
     c = fb("c", "Is the vaccine free?", "Yes, for residents.", True, None)
     topic = "When the answer is about student workers, it is Bad."
     rule = "When the answer does not address the question asked, it is Bad."
-    responder = RoleResponder()
-
-    def reflect(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": t, "source_ids": ["a"], "existing_id": ""}
-                                   for t in (topic, rule)]}  # fmt: skip
-        return responder(messages)
-
     table = {
         str(a.inputs): [1.0, 0.0, 0.0, 0.0],
         str(b.inputs): [0.0, 1.0, 0.0, 0.0],
@@ -185,7 +168,7 @@ def test_align_rejects_a_guideline_about_one_case_topic(make_judge: Any) -> None
         str(a.rationale): list(unit(0.6, 0.0, 0.0, 0.8)),
     }
     judge = make_judge(
-        model=ScriptedChatModel(responder=reflect),
+        model=proposing((topic, ["a"]), (rule, ["a"])),
         embeddings=TableEmbeddings(table, default=[0.0, 0.0, 0.0, 1.0]),
         source_support=0.4,
     )
@@ -213,14 +196,6 @@ def test_align_rejects_a_guideline_about_one_question_answered_several_times(
     other = fb("o", "When do clinics open?", "At 8am on weekdays.", True, None)
     topic = "The implementation is correct, using re to validate email addresses."
     rule = "A function that validates input must reject malformed values."
-    responder = RoleResponder()
-
-    def reflect(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": t, "source_ids": ["e0"], "existing_id": ""}
-                                   for t in (topic, rule)]}  # fmt: skip
-        return responder(messages)
-
     table = {
         question: [1.0, 0.0, 0.0],
         str(other.inputs): [0.0, 1.0, 0.0],
@@ -229,7 +204,7 @@ def test_align_rejects_a_guideline_about_one_question_answered_several_times(
         str(answers[0].rationale): list(unit(0.8, 0.0, 0.6)),
     }
     judge = make_judge(
-        model=ScriptedChatModel(responder=reflect),
+        model=proposing((topic, ["e0"]), (rule, ["e0"])),
         embeddings=TableEmbeddings(table, default=[0.0, 0.0, 1.0]),
         source_support=0.4,
     )
