@@ -131,6 +131,13 @@ class JudgeConfig(BaseModel):
         "than it fixes: 'sources' checks each guideline's sources and the nearest seen cases "
         "of other scores, 'all' every seen case, 'off' nothing.",
     )
+    validate_require_fix: bool = Field(
+        default=False,
+        description="Keep a checked guideline only if it fixes more seen verdicts than it "
+        "breaks. False (the default) keeps one that breaks no more than it fixes, a tie or "
+        "no change included: a correct rule the judge already follows fixes nothing and "
+        "stays.",
+    )
     validate_max_calls: int = Field(
         default=16, ge=0, le=10_000,
         description="Most extra judge calls one align may spend on validation.",

@@ -104,6 +104,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             source (`None` trusts the model's citations).
         validate_guidelines: Check new guidelines on seen cases: `"sources"`
             (default), `"all"` or `"off"`.
+        validate_require_fix: Keep a checked guideline only if it fixes more seen
+            verdicts than it breaks (`JudgeConfig.validate_require_fix`).
         validate_max_calls: Most extra judge calls one align spends on validation.
         reflect_contrast: Stored cases with other scores shown beside each
             reflection batch.
@@ -146,6 +148,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         reuse_expert_verdicts: bool = True,
         source_support: float | None = 0.4,
         validate_guidelines: Literal["off", "sources", "all"] = "sources",
+        validate_require_fix: bool = False,
         validate_max_calls: int = 16,
         reflect_contrast: int = 4,
         judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
@@ -171,6 +174,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             reuse_expert_verdicts=reuse_expert_verdicts,
             source_support=source_support,
             validate_guidelines=validate_guidelines,
+            validate_require_fix=validate_require_fix,
             validate_max_calls=validate_max_calls,
             reflect_contrast=reflect_contrast,
             judge_prompt=judge_prompt,

@@ -111,6 +111,7 @@ class JudgeFile(BaseModel):
     max_retries: int | None = None
     source_support: float | Literal["off"] | None = None
     validate_guidelines: str | None = None
+    validate_require_fix: bool | None = None
     validate_max_calls: int | None = None
     reflect_contrast: int | None = None
     judge_prompt: str | None = None

@@ -28,12 +28,17 @@ def judge_rule(case: str, memory: str) -> dict[str, Any]:
     return {"rationale": "Fine.", "score": True}
 
 
-def make(make_judge: Any, **options: Any) -> tuple[Any, RoleResponder, ScriptedChatModel]:
+def make(
+    make_judge: Any, proposal: tuple[str, str] = (BROAD, "upset"), **options: Any
+) -> tuple[Any, RoleResponder, ScriptedChatModel]:
+    """A judge whose reflection proposes `proposal` (text, source id) and whose grading
+    follows `judge_rule`."""
     responder = RoleResponder(judge_rule=judge_rule)
+    text, source = proposal
 
     def respond(messages: list[Any]) -> Any:
         if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": BROAD, "source_ids": ["upset"], "existing_id": ""}]}
+            return {"guidelines": [{"text": text, "source_ids": [source], "existing_id": ""}]}
         return responder(messages)
 
     model = ScriptedChatModel(responder=respond)
@@ -67,6 +72,42 @@ def test_a_guideline_that_fixes_as_many_as_it_breaks_is_kept(make_judge: Any) ->
     [check] = report.validation
     assert check.fixed == ["upset"] and check.broken == ["calm"]
     assert check.action == "kept" and [g.text for g in judge.guidelines] == [BROAD]
+
+
+def test_require_fix_drops_a_tie_and_keeps_its_narrowing_only_if_that_fixes_more(
+    make_judge: Any,
+) -> None:
+    judge, responder, _ = make(make_judge, validate_require_fix=True)
+    report = judge.align([UPSET, CALM])  # fixes upset, breaks calm: kept by default
+    [check] = report.validation
+    assert check.fixed == ["upset"] and check.broken == ["calm"]
+    assert check.action == "dropped" and judge.guidelines == []
+
+    judge, responder, _ = make(make_judge, validate_require_fix=True)
+    responder.narrowed_text = NARROW  # fixes upset and breaks nothing
+    report = judge.align([UPSET, CALM])
+    assert report.validation[0].action == "narrowed"
+    assert [g.text for g in judge.guidelines] == [NARROW]
+
+
+def test_require_fix_drops_a_guideline_that_changes_nothing_without_narrowing(
+    make_judge: Any,
+) -> None:
+    polite = "When replying to any customer, be polite."
+    judge, _, model = make(make_judge, proposal=(polite, "calm"))
+    report = judge.align([CALM, CALM2])
+    [check] = report.validation
+    assert (check.fixed, check.broken, check.action) == ([], [], "kept")  # the default
+    assert [g.text for g in judge.guidelines] == [polite]
+
+    judge, _, model = make(make_judge, proposal=(polite, "calm"), validate_require_fix=True)
+    report = judge.align([CALM, CALM2])
+    [check] = report.validation
+    assert (check.fixed, check.broken, check.action) == ([], [], "dropped")
+    assert judge.guidelines == [] and report.guidelines_added == []
+    # graded with and without it on both cases; no narrowing call (nothing was broken)
+    assert judge_calls(model) == 4
+    assert report.usage.llm_calls == 1 + 4
 
 
 def test_a_guideline_is_narrowed_when_the_narrower_rule_stops_breaking(make_judge: Any) -> None:
