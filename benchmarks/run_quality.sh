@@ -12,8 +12,9 @@
 #                the snapshot venv uses its site-packages for everything but the package
 #   MLFLOW_VENV  the MLflow 3.18 venv (default: .venv-mlflow; mlflow_baseline/setup.sh)
 # Optional:
-#   ONLY="halubench feedbackqa"  run only these manifest entries (reports always run); their
-#                result files start afresh (moved aside), the others' are kept
+#   ONLY="halubench feedbackqa"  run only these manifest entries; their result files start
+#                afresh (moved aside), the others' are kept. Every report runs after them,
+#                unless ONLY names reports too (ONLY="halubench report-curves"): then those only
 #   RESUME=1     keep the results and continue where they stopped (default: start afresh,
 #                moving RESULTS aside)
 #   SNAPSHOT=worktree  snapshot the working tree with its uncommitted edits (default: HEAD)
@@ -74,9 +75,12 @@ m = json.load(open(sys.argv[1]))
 only = set("${ONLY:-}".split())
 fill = dict(python="$snap/venv/bin/python", bench="$snap/src/benchmarks", data="$data",
             scenarios="$scenarios", results="$results", img="$img", mlflow_venv="$mlflow_venv")
+# Reports all run after a partial run, unless ONLY names some: then only those, so that a
+# run of one entry does not rewrite every other figure from the results as they are.
+some_reports = bool(only & {e["name"] for e in m["reports"]})
 for kind in ("runs", "reports"):
     for entry in m[kind]:
-        if kind == "runs" and only and entry["name"] not in only:
+        if only and entry["name"] not in only and (kind == "runs" or some_reports):
             continue
         print(entry["name"] + "\t" + entry["result"].format(**fill) + "\t"
               + entry["command"].format(**fill))
