@@ -545,6 +545,8 @@ class Bench:
         ]  # fmt: skip
         if spec.scale.kind in ("categorical", "pairwise"):
             cmd += ["--choices", json.dumps(list(spec.scale.choices))]
+        if a.mlflow_context_tokens:
+            cmd += ["--chat-context-tokens", str(a.mlflow_context_tokens)]
         log(f"{spec.name} seed {seed}: MLflow stages {todo} (log {folder / 'mlflow.log'})")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with (folder / "mlflow.log").open("w") as logf:
@@ -558,6 +560,8 @@ class Bench:
             if n not in todo or "predictions" not in st:
                 continue
             parts: dict[str, Any] = {"system": "mlflow", "stage": n}
+            if a.mlflow_context_tokens:
+                parts["options"] = {"chat_context_tokens": a.mlflow_context_tokens}
             if "align" in st:
                 al = st["align"]
                 mem = st.get("memory") or {}
@@ -863,6 +867,12 @@ def main(argv: list[str] | None = None) -> int:
         default=".venv-mlflow",
         help="the MLflow venv (relative to the repo root, or absolute)",
     )
+    ap.add_argument(
+        "--mlflow-context-tokens", type=int, default=None,
+        help="tell MLflow (through litellm) the chat server's context window, which its "
+        "distillation packs batches by; unset it assumes 128,000 tokens, as a user's MLflow "
+        "does for a model litellm does not know",
+    )  # fmt: skip
     ap.add_argument("--mlflow-python", default=None, help="default: <mlflow-venv>/bin/python")
     ap.add_argument("--mlflow-runner", default=str(MLFLOW_DIR / "run_mlflow_memalign.py"))
     ap.add_argument("--proxy-script", default=str(MLFLOW_DIR / "proxy.py"))

@@ -77,6 +77,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--judge-model", default="openai:/local")
     ap.add_argument("--reflection-lm", default="openai:/local")
     ap.add_argument("--embedding-model", default="openai:/minilm")
+    ap.add_argument(
+        "--chat-context-tokens", type=int, default=None,
+        help="tell litellm the chat model's context window (litellm.register_model), which "
+        "MLflow's distillation packs its batches by; unset, litellm does not know a local "
+        "model and MLflow assumes 128,000 tokens (on a 4,096-token server, 50 items go in one "
+        "request that the server refuses, and no guideline is distilled)",
+    )
     ap.add_argument("--embedding-dim", type=int, default=384)
     ap.add_argument("--retrieval-k", type=int, default=5)
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -116,6 +123,15 @@ def configure_env(args: argparse.Namespace, workdir: str) -> None:
     os.environ["DSPY_CACHEDIR"] = os.path.join(workdir, "dspy_cache")
     os.environ.setdefault("MLFLOW_GENAI_OPTIMIZE_MAX_WORKERS", "2")  # server has 2 slots
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline
+    if args.chat_context_tokens:
+        import litellm
+
+        n = args.chat_context_tokens
+        info = {"max_input_tokens": n, "max_tokens": n, "max_output_tokens": n, "mode": "chat",
+                "litellm_provider": "openai", "input_cost_per_token": 0.0,
+                "output_cost_per_token": 0.0}  # fmt: skip
+        for model in {args.judge_model, args.reflection_lm}:
+            litellm.register_model({model.replace(":/", "/", 1): info})
 
 
 def proxy_stats(args: argparse.Namespace) -> dict[str, Any]:
