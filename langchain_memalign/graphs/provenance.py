@@ -48,9 +48,13 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
     from the experts is one sentence ("Replies to upset customers must start by
     apologizing."); several are a remark about that case
     (kept on feedbackqa: "Annotator 1 (Bad): There isn't a lot of information here.
-    There is nothing in the answer about checking with the operator.").
+    There is nothing in the answer about checking with the operator."). And when it points
+    at the case it was written about ("this answer", "this response"): a rule speaks of a
+    kind of case ("a reply to an upset customer").
     """
     if text.rstrip().endswith((CUT_MARK, "\u2026")) or MIDDLE_MARK.strip() in text:
+        return True
+    if _POINTS_AT_ONE_CASE.search(text):
         return True
     if any(_copies_remark(text, fb.rationale) for fb in sources if fb.rationale):
         return True
@@ -65,6 +69,14 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
     return False
 
 
+# Kept on feedbackqa at 50 items (seed 1), one copied sentence each and so past the
+# two-sentence check: "Annotator 1 (Bad): This answer does not address the question at
+# all." Validation then "confirmed" such a remark on its own source, whose verdict it
+# names. Only "this": "that" also starts relative clauses ("an answer that ...").
+_POINTS_AT_ONE_CASE = re.compile(
+    r"\bthis\s+(?:answer|response|reply|question|output|summary|text|case|example)\b",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Words a sentence needs to count as copied (not "Exactly right.").
 SENTENCE_MIN_WORDS = 4

@@ -58,6 +58,16 @@ def test_restates_case_catches_a_copied_remark_but_not_a_quoted_rule() -> None:
     assert not restates_case(
         "The reply does not open with an apology. Replies to upset customers fail.", [UPSET]
     )
+
+
+def test_restates_case_catches_a_remark_that_points_at_its_case() -> None:
+    # one sentence copied, kept on feedbackqa at 50 items before the check
+    said = "Annotator 1 (Bad): This answer does not address the question at all."
+    remark = fb("r", "How do I renew my visa?", "Call us.", False, said)
+    assert restates_case(said, [remark])
+    assert restates_case("This response ignores what was asked.", [])  # copied or not
+    assert not restates_case("An answer that does not address the question is Bad.", [remark])
+    assert not restates_case("Whatever the question, an answer must address it.", [remark])
     assert not restates_case(
         "The customer is angry and the reply does not open with an apology.", [UPSET]
     )
