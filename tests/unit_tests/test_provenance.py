@@ -58,6 +58,14 @@ def test_restates_case_catches_a_copied_remark_but_not_a_quoted_rule() -> None:
     assert not restates_case(
         "The reply does not open with an apology. Replies to upset customers fail.", [UPSET]
     )
+    assert not restates_case(
+        "The customer is angry and the reply does not open with an apology.", [UPSET]
+    )
+    # quotes are not part of a word: 'FlexPower' copies "FlexPower" (seen on prometheus)
+    ad = fb("ad", "Add an ad.", "FlexPower rocks", True,
+            'The reply names "FlexPower" in the headline. It is short and casual.')  # fmt: skip
+    quoted = "The reply names 'FlexPower' in the headline. It is short and casual."
+    assert restates_case(quoted, [ad])
 
 
 def test_restates_case_catches_a_remark_that_points_at_its_case() -> None:
@@ -68,14 +76,6 @@ def test_restates_case_catches_a_remark_that_points_at_its_case() -> None:
     assert restates_case("This response ignores what was asked.", [])  # copied or not
     assert not restates_case("An answer that does not address the question is Bad.", [remark])
     assert not restates_case("Whatever the question, an answer must address it.", [remark])
-    assert not restates_case(
-        "The customer is angry and the reply does not open with an apology.", [UPSET]
-    )
-    # quotes are not part of a word: 'FlexPower' copies "FlexPower" (seen on prometheus)
-    ad = fb("ad", "Add an ad.", "FlexPower rocks", True,
-            'The reply names "FlexPower" in the headline. It is short and casual.')  # fmt: skip
-    quoted = "The reply names 'FlexPower' in the headline. It is short and casual."
-    assert restates_case(quoted, [ad])
 
 
 def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:
