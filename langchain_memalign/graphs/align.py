@@ -192,7 +192,8 @@ class AlignNodes(ForgetStep):
         rejected: list[RejectedGuideline] = []
         candidates: list[Proposal] = []
         for p in proposals:
-            if restates_case(p.text, [known[s] for s in p.source_ids if s in known]):
+            cited_fb = [known[s] for s in p.source_ids if s in known]
+            if restates_case(p.text, cited_fb, mem.config.scale.choices):
                 rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
             else:
                 candidates.append(p)

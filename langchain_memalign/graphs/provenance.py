@@ -36,7 +36,7 @@ def _runs(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
-def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
+def restates_case(text: str, sources: Sequence[Feedback], verdicts: Sequence[str] = ()) -> bool:
     """Whether a proposed guideline copies a case instead of stating a rule.
 
     True when it repeats `COPIED_RUN` words in a row of one source's inputs or outputs,
@@ -48,7 +48,10 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
     from the experts is one sentence ("Replies to upset customers must start by
     apologizing."); several are a remark about that case
     (kept on feedbackqa: "Annotator 1 (Bad): There isn't a lot of information here.
-    There is nothing in the answer about checking with the operator."). And when it points
+    There is nothing in the answer about checking with the operator."), and so is one
+    copied sentence after one of the scale's `verdicts` in parentheses, the header of an
+    annotator's remark ("Annotator 2 (Acceptable): Gives a decent answer and steps, but
+    isn't that in-depth"). And when it points
     at the case it was written about ("this answer", "this response"): a rule speaks of a
     kind of case ("a reply to an upset customer").
     """
@@ -56,7 +59,7 @@ def restates_case(text: str, sources: Sequence[Feedback]) -> bool:
         return True
     if _POINTS_AT_ONE_CASE.search(text):
         return True
-    if any(_copies_remark(text, fb.rationale) for fb in sources if fb.rationale):
+    if any(_copies_remark(text, fb.rationale, verdicts) for fb in sources if fb.rationale):
         return True
     words = _words(text)
     # Multi-character numbers only: "a score of 1" is a rule, "$40" or "May 3rd" a case.
@@ -82,15 +85,34 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 SENTENCE_MIN_WORDS = 4
 
 
-def _copies_remark(text: str, rationale: str) -> bool:
-    """Whether `text` repeats two or more sentences of `rationale` word for word."""
-    said = " ".join(_words(rationale))
-    copied = 0
-    for sentence in _SENTENCE_END.split(text.strip()):
+def _copies_remark(text: str, rationale: str, verdicts: Sequence[str]) -> bool:
+    """Whether `text` copies a remark of `rationale` word for word.
+
+    Two or more of its sentences, or one after a verdict in parentheses.
+    """
+    said = f" {' '.join(_words(rationale))} "
+
+    def copied(sentence: str) -> bool:
         words = _words(sentence)
-        if len(words) >= SENTENCE_MIN_WORDS and f" {' '.join(words)} " in f" {said} ":
-            copied += 1
-    return copied >= 2
+        return len(words) >= SENTENCE_MIN_WORDS and f" {' '.join(words)} " in said
+
+    sentences = _SENTENCE_END.split(text.strip())
+    if sum(map(copied, sentences)) >= 2:
+        return True
+    header = _verdict_header(verdicts)
+    # What follows the header, since the header itself may be mislabelled: the local
+    # model wrote "Annotator 2 (Acceptable): ..." over a remark of annotator 1's.
+    return header is not None and any(
+        copied(s[m.end() :]) for s in sentences if (m := header.search(s))
+    )
+
+
+def _verdict_header(verdicts: Sequence[str]) -> re.Pattern[str] | None:
+    """A verdict in parentheses, "(Bad)": how a remark names its rating, not how a rule does."""
+    if not verdicts:
+        return None
+    names = "|".join(re.escape(v) for v in sorted(verdicts, key=len, reverse=True))
+    return re.compile(rf"\(\s*(?:{names})\s*\)\s*:?", re.IGNORECASE)
 
 
 T = TypeVar("T")

@@ -230,7 +230,7 @@ class GuidelineValidator:
         # local 1.5B model "narrowed" a prometheus rule into a summary of one of them
         # ("The assistant was asked to ... fewer than 10 words."), which then fixed and
         # broke nothing and was kept. No grading is spent on such a text.
-        if restates_case(text, [*supporting, *(feedback[b] for b in broken)]):
+        if restates_case(text, [*supporting, *(feedback[b] for b in broken)], cfg.scale.choices):
             return None, usage
         candidate = g.model_copy(update={"text": text})
         cases = [feedback[c] for c in checked]

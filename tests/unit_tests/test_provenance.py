@@ -78,6 +78,26 @@ def test_restates_case_catches_a_remark_that_points_at_its_case() -> None:
     assert not restates_case("Whatever the question, an answer must address it.", [remark])
 
 
+def test_restates_case_catches_one_copied_sentence_after_a_verdict() -> None:
+    # kept on feedbackqa at 50 items (seed 1) after the two checks above
+    said = ("Annotator 1 (Could be Improved): Some steps. Annotator 2 (Acceptable): Gives a "
+            "decent answer and steps, but isn't that in-depth")  # fmt: skip
+    remark = fb("r", "How do I apply?", "Fill in form A.", "Acceptable", said)
+    verdicts = ("Excellent", "Acceptable", "Could be Improved", "Bad")
+    copied = "Annotator 2 (Acceptable): Gives a decent answer and steps, but isn't that in-depth"
+    assert restates_case(copied, [remark], verdicts)
+    assert not restates_case(copied, [remark])  # without the scale, one sentence is a rule
+    # the local model put annotator 2's remark under "Annotator 1": the header is not
+    # copied, what follows it is
+    assert restates_case(copied.replace("Annotator 2", "Annotator 1"), [remark], verdicts)
+    # the remark without its header is a rule in the annotator's words
+    rule = "Gives a decent answer and steps, but isn't that in-depth"
+    assert not restates_case(rule, [remark], verdicts)
+    # a verdict in parentheses before a rule that copies nothing is the rule's own wording
+    own = "Answers with steps but no depth (Acceptable): they help, but not fully."
+    assert not restates_case(own, [remark], verdicts)
+
+
 def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:
     rule = unit(1, 0, 0)
     rationales = {"a": unit(0.95, 0.3, 0), "b": unit(0.9, 0.4, 0.1), "c": unit(0.1, 1, 0)}
