@@ -94,7 +94,8 @@ def system_figures(points: list[tuple[int, dict[str, Any]]], numeric: bool, ordi
                    ) -> dict[str, Any]:  # fmt: skip
     """One system's figures over its pooled seeds: the per-case scores the paired
     differences are drawn from, accuracy with its Wilson interval, MAE, κ, the verdicts given
-    and whether one verdict took COLLAPSE_SHARE (90%) or more of the cases."""
+    and whether one verdict took COLLAPSE_SHARE (90%) or more of the cases, pooled and in
+    which seeds."""
     cases = {(seed, p["id"]): score(p, numeric) for seed, e in points
              for p in e["test"]["predictions"]}  # fmt: skip
     right = sum(r for r, _ in cases.values())
@@ -109,6 +110,14 @@ def system_figures(points: list[tuple[int, dict[str, Any]]], numeric: bool, ordi
         xs = [t[k] for t in tests if t.get(k) is not None]
         return sum(xs) / len(xs) if xs else float("nan")  # nan: a figure the file lacks
 
+    # Per seed as well as pooled: one seed's collapse must not hide behind another's spread
+    # (feedbackqa seed 1 at 50 items gave "Bad" to 55 of 60, pooled 55 + 14 of 120).
+    collapsed_seeds = []
+    for seed, e in points:
+        counts, n = e["test"]["verdict_counts"], len(e["test"]["predictions"])
+        v, c = max(counts.items(), key=lambda x: x[1], default=("", 0))
+        if n and c / n >= COLLAPSE_SHARE:
+            collapsed_seeds.append((seed, v, c, n))
     top = max(verdicts.values(), default=0)
     return {
         "cases": cases,
@@ -120,6 +129,7 @@ def system_figures(points: list[tuple[int, dict[str, Any]]], numeric: bool, ordi
         "kappa": avg("weighted_kappa") if ordinal else avg("kappa"),
         "verdicts": dict(sorted(verdicts.items(), key=lambda x: -x[1])),
         "collapsed": bool(cases) and top / len(cases) >= COLLAPSE_SHARE,
+        "collapsed_seeds": collapsed_seeds,
         "tokens": avg("tokens_per_judgment"),
     }
 

@@ -49,11 +49,14 @@ def load_set(title: str, specs: list[str], against: str
 
 
 def collapse_flag(f: dict[str, Any]) -> str:
-    """'no', or the verdict that took 90% or more of the cases and how many."""
-    if not f["collapsed"]:
-        return "no"
-    top = next(iter(f["verdicts"]))
-    return f"**yes**: {top} {f['verdicts'][top]} of {len(f['cases'])}"
+    """'no', or the verdict that took 90% or more of the cases (pooled, or in one seed)."""
+    parts = []
+    if f["collapsed"]:
+        top = next(iter(f["verdicts"]))
+        parts.append(f"{top} {f['verdicts'][top]} of {len(f['cases'])}")
+    if 0 < len(f["collapsed_seeds"]) < len(f["seeds"]):  # some seeds only: say which
+        parts += [f"seed {s}: {v} {c} of {n}" for s, v, c, n in f["collapsed_seeds"]]
+    return "**yes**: " + "; ".join(parts) if parts else "no"
 
 
 def set_sources(title: str, loaded: dict[str, Any]) -> list[str]:
