@@ -51,7 +51,9 @@ def restates_case(text: str, sources: Sequence[Feedback], verdicts: Sequence[str
     There is nothing in the answer about checking with the operator."), and so is one
     copied sentence after one of the scale's `verdicts` in parentheses, the header of an
     annotator's remark ("Annotator 2 (Acceptable): Gives a decent answer and steps, but
-    isn't that in-depth"). And when it points
+    isn't that in-depth"), and so is one copied sentence that grades its case in a text
+    that states no rule ("The implementation is correct, using Python's `re` module
+    ..."). And when it points
     at the case it was written about ("this answer", "this response"): a rule speaks of a
     kind of case ("a reply to an upset customer").
     """
@@ -81,6 +83,20 @@ _POINTS_AT_ONE_CASE = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# How a grader's remark on one case opens ("The response effectively portrays ...", "The
+# assistant correctly interpreted ..."), how a sentence about one thing opens, and the
+# words that make a text a rule instead.
+_GRADES_ITS_CASE = re.compile(
+    r"\s*the\s+(?:response|assistant|answer|reply|implementation|output|explanation|solution|"
+    r"code|summary|model)\b",
+    re.IGNORECASE,
+)
+_DEFINITE = re.compile(r"\s*(?:the|it|its|this)\b", re.IGNORECASE)
+_RULE_WORD = re.compile(
+    r"\b(?:must|should|shall|needs?|always|never|requires?|required|only|avoid|ought|"
+    r"cannot|can't|if|when|unless|whenever)\b",
+    re.IGNORECASE,
+)
 # Words a sentence needs to count as copied (not "Exactly right.").
 SENTENCE_MIN_WORDS = 4
 
@@ -88,7 +104,8 @@ SENTENCE_MIN_WORDS = 4
 def _copies_remark(text: str, rationale: str, verdicts: Sequence[str]) -> bool:
     """Whether `text` copies a remark of `rationale` word for word.
 
-    Two or more of its sentences, or one after a verdict in parentheses.
+    Two or more of its sentences; one that grades its case in a text that states no rule;
+    or one after a verdict in parentheses.
     """
     said = f" {' '.join(_words(rationale))} "
 
@@ -98,6 +115,17 @@ def _copies_remark(text: str, rationale: str, verdicts: Sequence[str]) -> bool:
 
     sentences = _SENTENCE_END.split(text.strip())
     if sum(map(copied, sentences)) >= 2:
+        return True
+    # One copied sentence that grades its own case, in a text that states no rule ("The
+    # implementation is correct, using Python's `re` module ... The regular expression it
+    # uses is correct ...", kept on prometheus at 50 items), is a verdict on that case. A
+    # rule word or a sentence about a kind of case ("Replies to upset customers must start
+    # by apologizing.") makes it the experts' rule in their words, and it stays.
+    if (
+        any(copied(s) and _GRADES_ITS_CASE.match(s) for s in sentences)
+        and not _RULE_WORD.search(text)
+        and all(_DEFINITE.match(s) for s in sentences)
+    ):
         return True
     header = _verdict_header(verdicts)
     # What follows the header, since the header itself may be mislabelled: the local

@@ -98,6 +98,27 @@ def test_restates_case_catches_one_copied_sentence_after_a_verdict() -> None:
     assert not restates_case(own, [remark], verdicts)
 
 
+def test_restates_case_catches_one_copied_sentence_that_grades_its_case() -> None:
+    # kept on prometheus at 50 items (seed 0): a GPT-4 grader's first sentence, copied
+    said = ("The implementation is correct, using Python's `re` module to create a function "
+            "that validates email addresses. The explanation is clear.")  # fmt: skip
+    graded = fb("g", "Validate an email.", "import re ...", 5, said)
+    copied = ("The implementation is correct, using Python's `re` module to create a "
+              "function that validates email addresses. It matches valid addresses.")  # fmt: skip
+    assert restates_case(copied, [graded])
+    # not copied: the model's own sentence about "the response" is left to the other checks
+    assert not restates_case("The response is correct and uses a clear method.", [graded])
+    # copied, but with a rule: a rule word, a sentence about a kind of case, or a subject
+    # that is not the graded output
+    said = "The reply must open with an apology. The reply is curt. The customer is upset."
+    ruled = fb("r", "Fix my order!", "Done.", False, said)
+    assert not restates_case("The reply must open with an apology.", [ruled])
+    assert not restates_case("The reply is curt. Curt replies to upset customers fail.", [ruled])
+    assert not restates_case("The customer is upset.", [ruled])
+    assert restates_case("The reply is curt.", [ruled])
+    assert not restates_case("Replies to upset customers must start by apologizing.", [UPSET])
+
+
 def test_supporting_sources_keeps_only_rationales_that_support_the_rule() -> None:
     rule = unit(1, 0, 0)
     rationales = {"a": unit(0.95, 0.3, 0), "b": unit(0.9, 0.4, 0.1), "c": unit(0.1, 1, 0)}
