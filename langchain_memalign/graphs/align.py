@@ -74,6 +74,9 @@ class ReflectionResult:
     batch_ids: list[str]
     proposals: list[Proposal] = field(default_factory=list)
     error: str | None = None
+    # The batch and the contrast cases the prompt showed: a remark copied from any of
+    # them is a copy, whichever sources the model cited.
+    shown_ids: list[str] = field(default_factory=list)
 
 
 class AlignState(TypedDict, total=False):
@@ -151,7 +154,8 @@ class AlignNodes(ForgetStep):
             # A guideline citing no known feedback is checked against the whole batch:
             # `merge` keeps only the sources whose rationale supports it.
             proposals.append(Proposal(p.text, sources or citable, p.existing_id))
-        return {"reflections": [ReflectionResult(ids, proposals)], "usages": [usage]}
+        result = ReflectionResult(ids, proposals, shown_ids=citable)
+        return {"reflections": [result], "usages": [usage]}
 
     def _contrast(self, batch: Sequence[Feedback]) -> list[Feedback]:
         """Stored cases with rationales and other scores than the batch's, newest first.
@@ -187,13 +191,15 @@ class AlignNodes(ForgetStep):
         reflected = {i for r in reflections if not r.error for i in r.batch_ids}
         proposals = [p for r in reflections for p in r.proposals]
         known = {fb.id: fb for fb in to_store}
-        cited = {s for p in proposals for s in p.source_ids} - known.keys()
-        known.update(mem.store.get_feedback(cited))
+        shown_ids = {i for r in reflections for i in r.shown_ids}
+        cited = {s for p in proposals for s in p.source_ids}
+        known.update(mem.store.get_feedback((cited | shown_ids) - known.keys()))
+        shown = [known[i] for i in sorted(shown_ids) if i in known]
         rejected: list[RejectedGuideline] = []
         candidates: list[Proposal] = []
         for p in proposals:
             cited_fb = [known[s] for s in p.source_ids if s in known]
-            if restates_case(p.text, cited_fb, mem.config.scale.choices):
+            if restates_case(p.text, cited_fb, mem.config.scale.choices, shown):
                 rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
             else:
                 candidates.append(p)

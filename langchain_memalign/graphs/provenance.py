@@ -36,32 +36,41 @@ def _runs(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
-def restates_case(text: str, sources: Sequence[Feedback], verdicts: Sequence[str] = ()) -> bool:
+def restates_case(
+    text: str,
+    sources: Sequence[Feedback],
+    verdicts: Sequence[str] = (),
+    shown: Sequence[Feedback] = (),
+) -> bool:
     """Whether a proposed guideline copies a case instead of stating a rule.
 
-    True when it repeats `COPIED_RUN` words in a row of one source's inputs or outputs,
-    or a number that appears in that case: details of one case do not generalize. Also
-    when it ends in the "..." that marks a text the prompt cut (or holds the "[...]" of
-    a middle cut): asked to keep the experts' own words, the local 1.5B model copied a
-    cut rationale whole ("Annotator 2 (Bad): This answer has noth..."). And when it
-    copies two or more sentences of one source's rationale word for word: a rule quoted
-    from the experts is one sentence ("Replies to upset customers must start by
-    apologizing."); several are a remark about that case
-    (kept on feedbackqa: "Annotator 1 (Bad): There isn't a lot of information here.
-    There is nothing in the answer about checking with the operator."), and so is one
-    copied sentence after one of the scale's `verdicts` in parentheses, the header of an
-    annotator's remark ("Annotator 2 (Acceptable): Gives a decent answer and steps, but
-    isn't that in-depth"), and so is one copied sentence that grades its case in a text
-    that states no rule ("The implementation is correct, using Python's `re` module
-    ..."). And when it points
-    at the case it was written about ("this answer", "this response"): a rule speaks of a
-    kind of case ("a reply to an upset customer").
+    True when it:
+
+    - repeats `COPIED_RUN` words in a row of one source's inputs or outputs, or a number
+      that appears in that case: details of one case do not generalize;
+    - ends in the "..." that marks a text the prompt cut (or holds the "[...]" of a
+      middle cut): asked to keep the experts' own words, the local 1.5B model copied a
+      cut rationale whole ("Annotator 2 (Bad): This answer has noth...");
+    - copies a remark from the rationale of a source, or of any feedback in `shown` (what
+      the proposal's author was shown: the local model cited a case about visiting a lab
+      for a remark copied from one about a childcare package). A rule quoted from the
+      experts is one sentence ("Replies to upset customers must start by apologizing.");
+      a remark is two or more copied sentences ("Annotator 1 (Bad): There isn't a lot of
+      information here. There is nothing in the answer about checking with the
+      operator."), one copied sentence after one of the scale's `verdicts` in
+      parentheses, the header of an annotator's remark ("Annotator 2 (Acceptable): Gives
+      a decent answer and steps, but isn't that in-depth"), or one copied sentence that
+      grades its case in a text that states no rule ("The implementation is correct,
+      using Python's `re` module ...");
+    - points at the case it was written about ("this answer", "this response"): a rule
+      speaks of a kind of case ("a reply to an upset customer").
     """
     if text.rstrip().endswith((CUT_MARK, "\u2026")) or MIDDLE_MARK.strip() in text:
         return True
     if _POINTS_AT_ONE_CASE.search(text):
         return True
-    if any(_copies_remark(text, fb.rationale, verdicts) for fb in sources if fb.rationale):
+    rationales = {fb.rationale for fb in [*sources, *shown] if fb.rationale}
+    if any(_copies_remark(text, r, verdicts) for r in rationales):
         return True
     words = _words(text)
     # Multi-character numbers only: "a score of 1" is a rule, "$40" or "May 3rd" a case.

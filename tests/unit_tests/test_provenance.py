@@ -170,6 +170,29 @@ def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_ju
     assert [g.text for g in judge.guidelines] == [rule]
 
 
+def test_align_rejects_a_remark_copied_from_a_case_it_does_not_cite(make_judge: Any) -> None:
+    # feedbackqa seed 1 at 50 items kept "Annotator 1 (Bad): Doesn't explain what the Early
+    # Childhood Education package is." citing a case about visiting a lab
+    curt = fb("curt", "Where is my refund?!", "Processing.", False,
+              "The reply is curt and ignores the customer's anger.")  # fmt: skip
+    kind = fb("kind", "Thanks, all sorted!", "Glad to help!", True, "Warm and fitting.")
+    remark = "The reply is curt and ignores the customer's anger."
+    responder = RoleResponder()
+
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" not in str(messages[0].content):
+            return responder(messages)
+        cite = "kind" if "Glad to help" in str(messages) else "curt"
+        return {"guidelines": [{"text": remark, "source_ids": [cite], "existing_id": ""}]}
+
+    judge = make_judge(model=ScriptedChatModel(responder=respond))
+    judge.align([curt])  # stored; shown as a contrast case when `kind` is reflected on
+    report = judge.align([kind])
+    assert not restates_case(remark, [kind])  # what the cited source alone would allow
+    assert [(r.text, r.reason) for r in report.guidelines_rejected] == [(remark, "restates a case")]
+    assert judge.guidelines == []
+
+
 def test_unalign_keeps_a_rule_the_remaining_feedback_supports(make_judge: Any) -> None:
     rule = "When the customer is upset, open with an apology."
     upset2 = fb("upset2", "The blender broke. Terrible!", "Use the warranty form.", False,
