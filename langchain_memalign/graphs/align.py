@@ -194,15 +194,17 @@ class AlignNodes(ForgetStep):
         shown_ids = {i for r in reflections for i in r.shown_ids}
         cited = {s for p in proposals for s in p.source_ids}
         known.update(mem.store.get_feedback((cited | shown_ids) - known.keys()))
-        shown = [known[i] for i in sorted(shown_ids) if i in known]
         rejected: list[RejectedGuideline] = []
         candidates: list[Proposal] = []
-        for p in proposals:
-            cited_fb = [known[s] for s in p.source_ids if s in known]
-            if restates_case(p.text, cited_fb, mem.config.scale.choices, shown):
-                rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
-            else:
-                candidates.append(p)
+        for r in reflections:
+            # Each proposal against what its own prompt showed: linear in the feedback.
+            shown = [known[i] for i in r.shown_ids if i in known]
+            for p in r.proposals:
+                cited_fb = [known[s] for s in p.source_ids if s in known]
+                if restates_case(p.text, cited_fb, mem.config.scale.choices, shown):
+                    rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
+                else:
+                    candidates.append(p)
         min_support = mem.config.source_support
         rationale_ids = (
             []
