@@ -111,13 +111,13 @@ def system_figures(points: list[tuple[int, dict[str, Any]]], numeric: bool, ordi
         return sum(xs) / len(xs) if xs else float("nan")  # nan: a figure the file lacks
 
     # Per seed as well as pooled: one seed's collapse must not hide behind another's spread
-    # (feedbackqa seed 1 at 50 items gave "Bad" to 55 of 60, pooled 55 + 14 of 120).
-    collapsed_seeds = []
-    for seed, e in points:
-        counts, n = e["test"]["verdict_counts"], len(e["test"]["predictions"])
-        v, c = max(counts.items(), key=lambda x: x[1], default=("", 0))
-        if n and c / n >= COLLAPSE_SHARE:
-            collapsed_seeds.append((seed, v, c, n))
+    # (feedbackqa seed 1 at 50 items gave "Bad" to 55 of 60, pooled 55 + 14 of 120). Each
+    # result file records its own collapse (quality.py's `collapsed_to`).
+    collapsed_seeds = [
+        (seed, v, t["verdict_counts"][v], len(t["predictions"]))
+        for seed, e in points
+        if (v := (t := e["test"]).get("collapsed_to")) is not None
+    ]
     top = max(verdicts.values(), default=0)
     return {
         "cases": cases,
