@@ -9,7 +9,7 @@ anyway (one embedding call per alignment).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -70,7 +70,7 @@ def restates_case(
     if _POINTS_AT_ONE_CASE.search(text):
         return True
     rationales = {fb.rationale for fb in [*sources, *shown] if fb.rationale}
-    if any(_copies_remark(text, r, verdicts) for r in rationales):
+    if rationales and _copies_remark(text, rationales, verdicts):
         return True
     words = _words(text)
     # Multi-character numbers only: "a score of 1" is a rule, "$40" or "May 3rd" a case.
@@ -110,38 +110,37 @@ _RULE_WORD = re.compile(
 SENTENCE_MIN_WORDS = 4
 
 
-def _copies_remark(text: str, rationale: str, verdicts: Sequence[str]) -> bool:
-    """Whether `text` copies a remark of `rationale` word for word.
+def _copies_remark(text: str, rationales: Iterable[str], verdicts: Sequence[str]) -> bool:
+    """Whether `text` copies a remark of one of `rationales` word for word.
 
     Two or more of its sentences; one that grades its case in a text that states no rule;
-    or one after a verdict in parentheses.
+    or one after a verdict in parentheses. What the text says is worked out once, then
+    looked up in each rationale.
     """
-    said = f" {' '.join(_words(rationale))} "
-
-    def copied(sentence: str) -> bool:
-        words = _words(sentence)
-        return len(words) >= SENTENCE_MIN_WORDS and f" {' '.join(words)} " in said
-
     sentences = _SENTENCE_END.split(text.strip())
-    if sum(map(copied, sentences)) >= 2:
-        return True
+
+    def said_as(parts: Iterable[str]) -> list[str]:  # those with enough words to count
+        words = (_words(p) for p in parts)
+        return [f" {' '.join(w)} " for w in words if len(w) >= SENTENCE_MIN_WORDS]
+
+    every = said_as(sentences)
     # One copied sentence that grades its own case, in a text that states no rule ("The
     # implementation is correct, using Python's `re` module ... The regular expression it
     # uses is correct ...", kept on prometheus at 50 items), is a verdict on that case. A
     # rule word or a sentence about a kind of case ("Replies to upset customers must start
     # by apologizing.") makes it the experts' rule in their words, and it stays.
-    if (
-        any(copied(s) and _GRADES_ITS_CASE.match(s) for s in sentences)
-        and not _RULE_WORD.search(text)
-        and all(_DEFINITE.match(s) for s in sentences)
-    ):
-        return True
+    states_no_rule = not _RULE_WORD.search(text) and all(_DEFINITE.match(s) for s in sentences)
+    one_is_enough = said_as(s for s in sentences if states_no_rule and _GRADES_ITS_CASE.match(s))
+    # So is what follows a verdict header, since the header itself may be mislabelled: the
+    # local model wrote "Annotator 2 (Acceptable): ..." over a remark of annotator 1's.
     header = _verdict_header(verdicts)
-    # What follows the header, since the header itself may be mislabelled: the local
-    # model wrote "Annotator 2 (Acceptable): ..." over a remark of annotator 1's.
-    return header is not None and any(
-        copied(s[m.end() :]) for s in sentences if (m := header.search(s))
-    )
+    if header is not None:
+        one_is_enough += said_as(s[m.end() :] for s in sentences if (m := header.search(s)))
+    for rationale in rationales:
+        said = f" {' '.join(_words(rationale))} "
+        if sum(w in said for w in every) >= 2 or any(w in said for w in one_is_enough):
+            return True
+    return False
 
 
 def _verdict_header(verdicts: Sequence[str]) -> re.Pattern[str] | None:
