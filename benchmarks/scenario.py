@@ -123,7 +123,8 @@ def one_run(
         print(f"    rejected ({r.reason}): {r.text}", flush=True)
     for c in report.validation:
         print(
-            f"    validated {c.action}: fixed {c.fixed} broken {c.broken}: {c.text}"
+            f"    validated {c.action}: fixed {c.fixed} broken {c.broken}"
+            f" (not again: {c.unconfirmed}): {c.text}"
             + (f" -> {c.narrowed_text}" if c.narrowed_text else ""),
             flush=True,
         )

@@ -62,6 +62,11 @@ class GuidelineCheck(BaseModel):
     broken: list[str] = Field(
         default_factory=list, description="Graded as the experts did only without it."
     )
+    unconfirmed: list[str] = Field(
+        default_factory=list,
+        description="Broken on the first grading only: graded again, with and without the "
+        "guideline, the break did not happen again, so it is not counted in `broken`.",
+    )
     action: str = Field(
         description="'kept', 'narrowed' (the text was restated), 'dropped', or "
         "'unchecked' (the call budget ran out)."

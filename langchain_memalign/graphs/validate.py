@@ -9,10 +9,12 @@ graded twice with the memory as it now is, expert-verdict reuse off and each cas
 episode left out of its retrieval: once without the new guidelines and once with them.
 A guideline that breaks more expert verdicts than it fixes (with
 `JudgeConfig.validate_require_fix`, one that does not fix more than it breaks) is narrowed
-once by the reflection model and checked again, or dropped.
+once by the reflection model and checked again, or dropped. Its breaks are graded a second
+time first, and one that does not happen again is not counted (`_unconfirmed`).
 
-Cost: two judge calls per case checked (and one more call plus one per case for a
-narrowing), capped by `JudgeConfig.validate_max_calls`.
+Cost: two judge calls per case checked, two more per break confirmed, and one more call
+plus one per case for a narrowing, all capped by `JudgeConfig.validate_max_calls` in that
+order.
 """
 
 from __future__ import annotations
@@ -171,18 +173,30 @@ class GuidelineValidator:
         failed = sorted({fb.id for fb in cases} - (before.keys() & after.keys()))
         if failed:  # such cases count for neither side; say so rather than guess
             errors.append(f"validation could not grade seen cases {failed}")
+        checked_of = {g.id: [c for c in cases_of[g.id] if c in before and c in after] for g in new}
+        effects = {g.id: _effect(checked_of[g.id], before, after) for g in new}
+        # Breaks that would reject a guideline are graded once more before they count.
+        rejecting = [
+            c for g in new if _rejects(*effects[g.id], cfg.validate_require_fix)
+            for c in effects[g.id][1]
+        ]  # fmt: skip
+        to_confirm = [feedback[c] for c in dict.fromkeys(rejecting)][: budget // 2]
+        budget -= 2 * len(to_confirm)
+        unconfirmed, u = self._unconfirmed(to_confirm, without, config)
+        usage = usage + u
         checks: list[GuidelineCheck] = []
         dropped: list[str] = []
         narrowed: list[Guideline] = []
         for g in new:
-            checked = [c for c in cases_of[g.id] if c in before and c in after]
+            checked = checked_of[g.id]
             if not checked:
                 checks.append(GuidelineCheck(guideline_id=g.id, text=g.text, action="unchecked"))
                 continue
-            fixed, broken = _effect(checked, before, after)
+            fixed, first_broken = effects[g.id]
+            broken = [c for c in first_broken if c not in unconfirmed]
             check = GuidelineCheck(
                 guideline_id=g.id, text=g.text, cases=checked, fixed=fixed, broken=broken,
-                action="kept",
+                unconfirmed=[c for c in first_broken if c in unconfirmed], action="kept",
             )  # fmt: skip
             if _rejects(fixed, broken, cfg.validate_require_fix):
                 check.action = "dropped"
@@ -202,6 +216,30 @@ class GuidelineValidator:
         if dropped or narrowed:
             self._commit(dropped, narrowed, usage)
         return checks, usage, errors
+
+    def _unconfirmed(
+        self,
+        cases: Sequence[Feedback],
+        without: dict[str, Guideline | None],
+        config: RunnableConfig,
+    ) -> tuple[set[str], Usage]:
+        """Broken cases whose break does not happen again when graded a second time.
+
+        The judge grades at temperature 0, but a model server that decodes several
+        requests together does not give the same verdict every time: on support-apology
+        the same alignment prompts broke the seen case `change-address` in some runs and
+        not in others, and dropped the experts' apology rule on that one case in two of
+        three runs with the server shared (docs/benchmarks.md, fourteenth session). So a
+        break that would narrow or drop a guideline is graded again, without and with
+        the new guidelines; it counts only if it happens again. A case the second grading
+        cannot grade keeps its first result.
+        """
+        if not cases:
+            return set(), Usage()
+        before, usage = self._grade(cases, without, config)
+        after, u = self._grade(cases, {}, config)
+        regraded = [fb.id for fb in cases if fb.id in before and fb.id in after]
+        return {c for c in regraded if not before[c] or after[c]}, usage + u
 
     def _narrow(
         self,

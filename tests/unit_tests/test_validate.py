@@ -58,10 +58,50 @@ def test_a_guideline_that_breaks_more_than_it_fixes_is_dropped(make_judge: Any) 
     assert check.text == BROAD and check.action == "dropped"
     assert check.fixed == ["upset"] and sorted(check.broken) == ["calm", "calm2"]
     assert report.guidelines_added == []  # added, then dropped within the same align
-    # with and without the guideline, on 3 cases; one narrowing call (it returned nothing)
-    assert judge_calls(model) == 6
-    assert report.usage.llm_calls == 1 + 6 + 1
+    assert check.unconfirmed == []  # both breaks happened again when graded once more
+    # with and without the guideline, on 3 cases; both again on the 2 broken ones; one
+    # narrowing call (it returned nothing)
+    assert judge_calls(model) == 6 + 4
+    assert report.usage.llm_calls == 1 + 6 + 4 + 1
     assert judge.history()[-1]["action"] == "validate"
+
+
+def test_a_break_that_does_not_happen_again_is_not_counted(make_judge: Any) -> None:
+    # The local server, decoding two requests together, does not always give the same
+    # verdict to the same prompt; a guideline is not dropped on a break that does not
+    # happen again.
+    graded_with_broad: dict[str, int] = {}
+
+    def once(case: str, memory: str) -> dict[str, Any]:
+        if BROAD in guidelines_in(memory) and "abroad" in case:
+            graded_with_broad["calm2"] = graded_with_broad.get("calm2", 0) + 1
+            if graded_with_broad["calm2"] > 1:  # the second time, as without it
+                return {"rationale": "Fine.", "score": True}
+        return judge_rule(case, memory)
+
+    responder = RoleResponder(judge_rule=once)
+
+    def respond(messages: list[Any]) -> Any:
+        if "grading rules" in str(messages[0].content):
+            return {"guidelines": [{"text": BROAD, "source_ids": ["upset"], "existing_id": ""}]}
+        return responder(messages)
+
+    model = ScriptedChatModel(responder=respond)
+    judge = make_judge(model=model, validate_guidelines="sources")
+    report = judge.align([UPSET, CALM, CALM2])
+    [check] = report.validation
+    assert check.fixed == ["upset"] and check.broken == ["calm"]
+    assert check.unconfirmed == ["calm2"]
+    assert check.action == "kept" and [g.text for g in judge.guidelines] == [BROAD]
+    assert judge_calls(model) == 6 + 4  # calm and calm2 graded again, without and with
+
+
+def test_breaks_are_not_graded_again_past_the_call_budget(make_judge: Any) -> None:
+    judge, _, model = make(make_judge, validate_max_calls=6)  # the first grading's 6 calls
+    report = judge.align([UPSET, CALM, CALM2])
+    [check] = report.validation
+    assert sorted(check.broken) == ["calm", "calm2"] and check.unconfirmed == []
+    assert check.action == "dropped" and judge_calls(model) == 6
 
 
 def test_a_guideline_that_fixes_as_many_as_it_breaks_is_kept(make_judge: Any) -> None:
@@ -129,7 +169,8 @@ def test_a_narrowing_that_restates_a_case_is_dropped_without_grading(make_judge:
     report = judge.align([UPSET, CALM, CALM2])
     [check] = report.validation
     assert check.action == "dropped" and judge.guidelines == []
-    assert judge_calls(model) == 6  # with and without the rule; the narrowing is not graded
+    # with and without the rule, both again on its 2 breaks; the narrowing is not graded
+    assert judge_calls(model) == 6 + 4
 
 
 def test_validation_respects_its_call_budget(make_judge: Any) -> None:
