@@ -115,7 +115,8 @@ class AlignReport(BaseModel):
     def merge(cls, reports: Sequence[AlignReport]) -> AlignReport:
         """One report for successive `align` calls on one judge, given in order.
 
-        Ids and costs add up. A guideline added by one call and removed by a
+        Ids and costs add up; rejected proposals and validation checks are listed in
+        call order. A guideline added by one call and removed by a
         later one (a consolidation) is in neither list. `failed` is the last
         call's: every `align` retries the feedback whose reflection failed
         before, so an item that failed in an early call and is not failed in
@@ -134,6 +135,8 @@ class AlignReport(BaseModel):
             guidelines_removed=sorted(removed - added),
             guidelines_updated=sorted(set(cat("guidelines_updated")) - added - removed),
             failed=sorted(set(reports[-1].failed)) if reports else [],
+            guidelines_rejected=[x for r in reports for x in r.guidelines_rejected],
+            validation=[c for r in reports for c in r.validation],
             errors=[e for r in reports for e in r.errors],
             usage=Usage.sum(r.usage for r in reports),
             seconds=sum(r.seconds for r in reports),

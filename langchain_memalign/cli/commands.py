@@ -133,6 +133,7 @@ def cmd_align(ctx: Context) -> int:
                     f"Guidelines: {len(total.guidelines_added)} added, "
                     f"{len(total.guidelines_removed)} removed; now {len(judge.guidelines)}."
                 )
+                _print_checks(total)
                 echo(f"Cost: {usage_line(total.usage, total.seconds)}")
         elif args.files:
             echo("No feedback in the files.", file=sys.stderr)
@@ -162,6 +163,29 @@ def cmd_align(ctx: Context) -> int:
     return EXIT_OK
 
 
+def _print_checks(report: AlignReport) -> None:
+    """What the checks did to each proposed guideline: rejected, or graded on seen cases.
+
+    The counts alone ("1 added") hide a rule the experts stated that validation dropped,
+    which is what a user needs to see to trust or question the memory.
+    """
+    for r in report.guidelines_rejected:
+        echo(f"  rejected ({r.reason}): {_short(r.text)}")
+    for c in report.validation:
+        if c.action == "unchecked":
+            echo(f"  unchecked (validation budget spent): {_short(c.text)}")
+            continue
+        again = f"; {len(c.unconfirmed)} more broke once, not again" if c.unconfirmed else ""
+        effect = f"fixed {len(c.fixed)}, broke {len(c.broken)} of {len(c.cases)} seen{again}"
+        echo(f"  {c.action} ({effect}): {_short(c.text)}")
+        if c.narrowed_text:
+            echo(f"    now: {_short(c.narrowed_text)}")
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _print_sync(sync: SyncReport, judge: MemAlignJudge) -> None:
     echo(
         f"LangSmith: {sync.listed} human review(s) and correction(s) found; "
@@ -174,6 +198,7 @@ def _print_sync(sync: SyncReport, judge: MemAlignJudge) -> None:
             f"Guidelines: {len(sync.align.guidelines_added)} added; now {len(judge.guidelines)}. "
             f"Cost: {usage_line(sync.align.usage, sync.align.seconds)}"
         )
+        _print_checks(sync.align)
     for fid, reason in list(sync.skipped.items())[:5]:
         echo(f"  skipped {fid}: {reason}", file=sys.stderr)
 

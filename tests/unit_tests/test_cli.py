@@ -225,6 +225,29 @@ def test_align_then_show_guidelines_with_sources(env: Env) -> None:
     assert "align: feedback hours, rude, sweater" in out
 
 
+def test_align_says_what_validation_did_to_each_guideline(env: Env) -> None:
+    def misled_by_the_new_rules(case: str, memory: str) -> dict[str, Any]:
+        if "Rule: Dismissive." in memory:
+            return {"rationale": "Fine.", "score": True}
+        return empathy_rule(case, memory)
+
+    env.responder.judge_rule = misled_by_the_new_rules
+    env.created()
+    code, out, _ = env.run("align", env.feedback)
+    # with the new rules the judge passes "rude", which the experts failed, every time
+    assert code == EXIT_OK and "now 0" in out
+    assert "  dropped (fixed 0, broke 1 of 3 seen): Rule: Dismissive." in out
+    code, out, _ = env.run("align", env.feedback, "--json")
+    assert json.loads(out)["files"]["validation"] == []  # nothing new: nothing checked
+
+    (env.tmp / "fresh").mkdir()
+    fresh = Env(env.tmp / "fresh", env.capsys).created()  # judged by empathy_rule
+    code, out, _ = fresh.run("align", fresh.feedback, "--json")
+    checks = json.loads(out)["files"]["validation"]
+    assert sorted(c["text"] for c in checks) == sorted(f"Rule: {f['rationale']}" for f in FEEDBACK)
+    assert {c["action"] for c in checks} == {"kept"}
+
+
 def test_aligning_again_changes_nothing(env: Env) -> None:
     env.created()
     env.run("align", env.feedback)

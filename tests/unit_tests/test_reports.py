@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from langchain_memalign import AlignReport, Usage
+from langchain_memalign.reports import GuidelineCheck, RejectedGuideline
 
 
 def test_merge_adds_up_and_keeps_only_what_still_fails() -> None:
@@ -37,3 +38,21 @@ def test_merge_reports_a_failure_of_the_last_call() -> None:
     merged = AlignReport.merge([AlignReport(added=["a"]), AlignReport(added=["b"], failed=["b"])])
     assert merged.failed == ["b"]
     assert AlignReport.merge([]) == AlignReport()
+
+
+def test_merge_keeps_every_call_s_rejections_and_checks_in_order() -> None:
+    # the CLI aligns in batches and prints the merged report: a check lost here is a
+    # rule dropped without the user being told
+    first = AlignReport(
+        guidelines_rejected=[RejectedGuideline(text="Apologise, that's not okay.", reason="x")],
+        validation=[GuidelineCheck(guideline_id="g1", text="A", fixed=["a"], action="kept")],
+    )
+    second = AlignReport(
+        validation=[GuidelineCheck(guideline_id="g2", text="B", broken=["b"], action="dropped")]
+    )
+    merged = AlignReport.merge([first, second])
+    assert [r.text for r in merged.guidelines_rejected] == ["Apologise, that's not okay."]
+    assert [(c.guideline_id, c.action) for c in merged.validation] == [
+        ("g1", "kept"),
+        ("g2", "dropped"),
+    ]
