@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from conftest import fb
@@ -29,11 +30,14 @@ def judge_rule(case: str, memory: str) -> dict[str, Any]:
 
 
 def make(
-    make_judge: Any, proposal: tuple[str, str] = (BROAD, "upset"), **options: Any
+    make_judge: Any,
+    proposal: tuple[str, str] = (BROAD, "upset"),
+    rule: Callable[[str, str], Any] = judge_rule,
+    **options: Any,
 ) -> tuple[Any, RoleResponder, ScriptedChatModel]:
     """A judge whose reflection proposes `proposal` (text, source id) and whose grading
-    follows `judge_rule`."""
-    responder = RoleResponder(judge_rule=judge_rule)
+    follows `rule` (by default `judge_rule`)."""
+    responder = RoleResponder(judge_rule=rule)
     text, source = proposal
 
     def respond(messages: list[Any]) -> Any:
@@ -79,15 +83,7 @@ def test_a_break_that_does_not_happen_again_is_not_counted(make_judge: Any) -> N
                 return {"rationale": "Fine.", "score": True}
         return judge_rule(case, memory)
 
-    responder = RoleResponder(judge_rule=once)
-
-    def respond(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": BROAD, "source_ids": ["upset"], "existing_id": ""}]}
-        return responder(messages)
-
-    model = ScriptedChatModel(responder=respond)
-    judge = make_judge(model=model, validate_guidelines="sources")
+    judge, _, model = make(make_judge, rule=once)
     report = judge.align([UPSET, CALM, CALM2])
     [check] = report.validation
     assert check.fixed == ["upset"] and check.broken == ["calm"]
@@ -222,14 +218,7 @@ def test_a_case_validation_cannot_grade_is_reported_not_counted(make_judge: Any)
             return ConnectionError("model server down")
         return judge_rule(case, memory)
 
-    responder = RoleResponder(judge_rule=flaky)
-
-    def respond(messages: list[Any]) -> Any:
-        if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": BROAD, "source_ids": ["upset"], "existing_id": ""}]}
-        return responder(messages)
-
-    judge = make_judge(model=ScriptedChatModel(responder=respond), validate_guidelines="sources")
+    judge, _, _ = make(make_judge, rule=flaky)
     report = judge.align([UPSET, CALM, CALM2])
     [check] = report.validation
     assert "calm2" not in check.cases and check.broken == ["calm"] and check.fixed == ["upset"]
