@@ -228,8 +228,9 @@ class GuidelineValidator:
         The judge grades at temperature 0, but a model server that decodes several
         requests together does not give the same verdict every time: on support-apology
         the same alignment prompts broke the seen case `change-address` in some runs and
-        not in others, and dropped the experts' apology rule on that one case in two of
-        three runs with the server shared (docs/benchmarks.md, fourteenth session). So a
+        not in others; with the server shared, validation dropped the experts' apology
+        rule in two runs of three, `change-address` among its breaks both times, and in
+        one of them the only break beyond a tie (docs/benchmarks.md). So a
         break that would narrow or drop a guideline is graded again, without and with
         the new guidelines; it counts only if it happens again. A case the second grading
         cannot grade keeps its first result.
