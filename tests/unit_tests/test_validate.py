@@ -103,11 +103,12 @@ def test_breaks_are_not_graded_again_past_the_call_budget(make_judge: Any) -> No
 def test_a_guideline_that_fixes_as_many_as_it_breaks_is_kept(make_judge: Any) -> None:
     # Measured: dropping ties changed nothing on support-apology (no tie in two runs, while
     # identical runs disagreed on the apology rule itself); see docs/benchmarks.md.
-    judge, _, _ = make(make_judge)
+    judge, _, model = make(make_judge)
     report = judge.align([UPSET, CALM])
     [check] = report.validation
     assert check.fixed == ["upset"] and check.broken == ["calm"]
     assert check.action == "kept" and [g.text for g in judge.guidelines] == [BROAD]
+    assert judge_calls(model) == 4  # a break that rejects nothing is not graded again
 
 
 def test_require_fix_drops_a_tie_and_keeps_its_narrowing_only_if_that_fixes_more(
