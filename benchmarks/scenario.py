@@ -12,6 +12,9 @@ same servers:
 4. one source of the most-cited guideline is unaligned; the guidelines left and the test
    accuracy after it are recorded.
 
+`--align-only` runs step 2 alone: repeated, it measures how often validation keeps a
+guideline, and what the first grading alone would have decided (`summary.validation`).
+
 Repetitions on identical inputs measure the noise between identical runs. The result file
 records the commit, models, data checksums and machine.
 
@@ -99,8 +102,9 @@ def one_run(
         **options,
     )
     out: dict[str, Any] = {"options": options}
-    out["unaligned_test"] = accuracy(judge, test)
-    print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
+    if not args.align_only:
+        out["unaligned_test"] = accuracy(judge, test)
+        print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
     feedback = [
         Feedback(
             id=r["id"],
@@ -128,6 +132,8 @@ def one_run(
             + (f" -> {c.narrowed_text}" if c.narrowed_text else ""),
             flush=True,
         )
+    if args.align_only:
+        return out
     out["aligned_test"] = accuracy(judge, test)
     out["aligned_seen"] = accuracy(judge, train)
     print(
@@ -156,6 +162,24 @@ def one_run(
     return out
 
 
+def validation_of(check: dict[str, Any]) -> dict[str, Any]:
+    """One guideline's validation, and what the first grading alone would have decided.
+
+    A break that did not happen again when graded a second time (`unconfirmed`) counted
+    before the package graded breaks twice; `first_grading_rejects` is that decision
+    (the default rule: more broken than fixed), so each repeat shows both.
+    """
+    fixed, broken, again = (len(check.get(k, [])) for k in ("fixed", "broken", "unconfirmed"))
+    return {
+        "text": check["text"],
+        "action": check["action"],
+        "fixed": fixed,
+        "broken": broken,
+        "unconfirmed": again,
+        "first_grading_rejects": broken + again > fixed,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -171,6 +195,11 @@ def main() -> None:
     p.add_argument("--embedding-model", default="minilm")
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument(
+        "--align-only",
+        action="store_true",
+        help="only step 2: repeat the alignment (and its validation) without judging",
+    )
     args = p.parse_args()
     args.instructions = args.instructions or scenario_instructions(args.scenario)
     train = read_jsonl(args.scenario / "train.jsonl")
@@ -191,7 +220,7 @@ def save(
     seconds: float,
 ) -> None:
     summary: dict[str, Any] = {
-        key: [r[key]["correct"] for r in runs]
+        key: [r[key]["correct"] if key in r else None for r in runs]
         for key in ("unaligned_test", "aligned_test", "aligned_seen")
     }
     summary["guidelines"] = [len(r["guidelines"]) for r in runs]
@@ -202,6 +231,7 @@ def save(
         r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
     ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
+    summary["validation"] = [[validation_of(c) for c in r["align"]["validation"]] for r in runs]
     result = {
         "run": run_info(
             models={"chat": args.chat_model, "embeddings": args.embedding_model},
