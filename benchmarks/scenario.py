@@ -225,7 +225,8 @@ def save(
     }
     summary["guidelines"] = [len(r["guidelines"]) for r in runs]
     summary["guidelines_after_unalign"] = [
-        len(r.get("unalign", {}).get("guidelines_after", [])) for r in runs
+        None if args.align_only else len(r.get("unalign", {}).get("guidelines_after", []))
+        for r in runs
     ]
     summary["test_after_unalign"] = [
         r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
