@@ -17,6 +17,7 @@ from langchain_memalign.cli.io import (
     parse_json_arg,
     read_cases,
     read_feedback,
+    shorten,
     to_json,
     usage_line,
 )
@@ -170,20 +171,16 @@ def _print_checks(report: AlignReport) -> None:
     which is what a user needs to see to trust or question the memory.
     """
     for r in report.guidelines_rejected:
-        echo(f"  rejected ({r.reason}): {_short(r.text)}")
+        echo(f"  rejected ({r.reason}): {shorten(r.text)}")
     for c in report.validation:
         if c.action == "unchecked":
-            echo(f"  unchecked (validation budget spent): {_short(c.text)}")
+            echo(f"  unchecked (validation budget spent): {shorten(c.text)}")
             continue
         again = f"; {len(c.unconfirmed)} more broke once, not again" if c.unconfirmed else ""
         effect = f"fixed {len(c.fixed)}, broke {len(c.broken)} of {len(c.cases)} seen{again}"
-        echo(f"  {c.action} ({effect}): {_short(c.text)}")
+        echo(f"  {c.action} ({effect}): {shorten(c.text)}")
         if c.narrowed_text:
-            echo(f"    now: {_short(c.narrowed_text)}")
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+            echo(f"    now: {shorten(c.narrowed_text)}")
 
 
 def _print_sync(sync: SyncReport, judge: MemAlignJudge) -> None:
