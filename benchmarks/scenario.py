@@ -71,9 +71,8 @@ def accuracy(judge: MemAlignJudge, rows: list[dict[str, Any]]) -> dict[str, Any]
     return {"correct": right, "n": len(rows), "accuracy": right / len(rows), "verdicts": verdicts}
 
 
-def one_run(
-    args: argparse.Namespace, train: list[dict[str, Any]], test: list[dict[str, Any]]
-) -> dict[str, Any]:
+def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
+    """A fresh judge on the local servers, as a new user would build it, and its model."""
     key = SecretStr("local")
     llm = ChatOpenAI(
         model=args.chat_model,
@@ -101,11 +100,12 @@ def one_run(
         reuse_expert_verdicts=False,
         **options,
     )
-    out: dict[str, Any] = {"options": options}
-    if not args.align_only:
-        out["unaligned_test"] = accuracy(judge, test)
-        print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
-    feedback = [
+    return judge, llm
+
+
+def to_feedback(rows: list[dict[str, Any]]) -> list[Feedback]:
+    """A scenario's training rows as feedback items."""
+    return [
         Feedback(
             id=r["id"],
             inputs=r["inputs"],
@@ -113,9 +113,20 @@ def one_run(
             value=r["value"],
             rationale=r.get("rationale"),
         )
-        for r in train
+        for r in rows
     ]
-    report = judge.align(feedback, raise_on_failure=False)
+
+
+def one_run(
+    args: argparse.Namespace, train: list[dict[str, Any]], test: list[dict[str, Any]]
+) -> dict[str, Any]:
+    judge, _ = make_judge(args)
+    options = json.loads(args.options) if args.options else {}
+    out: dict[str, Any] = {"options": options}
+    if not args.align_only:
+        out["unaligned_test"] = accuracy(judge, test)
+        print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
+    report = judge.align(to_feedback(train), raise_on_failure=False)
     out["align"] = json.loads(report.model_dump_json())
     out["guidelines"] = [
         {"id": g.id, "text": g.text, "sources": list(g.source_ids)} for g in judge.guidelines
@@ -180,13 +191,10 @@ def validation_of(check: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_judge_args(p: argparse.ArgumentParser) -> None:
+    """The scenario folder, the judge's options and servers, and the result file."""
     p.add_argument("scenario", type=Path)
     p.add_argument("--instructions", default=None)
-    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--options", default="", help="JSON of further MemAlignJudge options")
     p.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
@@ -195,6 +203,14 @@ def main() -> None:
     p.add_argument("--embedding-model", default="minilm")
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--out", type=Path, required=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_judge_args(p)
+    p.add_argument("--repeats", type=int, default=2)
     p.add_argument(
         "--align-only",
         action="store_true",
