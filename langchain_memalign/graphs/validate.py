@@ -146,6 +146,17 @@ class GuidelineValidator:
             usage = usage + u
         return right, usage
 
+    def _without_and_with(
+        self,
+        cases: Sequence[Feedback],
+        without: dict[str, Guideline | None],
+        config: RunnableConfig,
+    ) -> tuple[dict[str, bool], dict[str, bool], Usage]:
+        """Each case graded without the new guidelines (`without`), then with them."""
+        before, usage = self._grade(cases, without, config)
+        after, u = self._grade(cases, {}, config)
+        return before, after, usage + u
+
     # -- the check -------------------------------------------------------------------
 
     def run(
@@ -166,9 +177,7 @@ class GuidelineValidator:
         cases = [feedback[c] for c in chosen if c in feedback]
         budget -= 2 * len(cases)
         without = dict.fromkeys((g.id for g in new), None)
-        before, usage = self._grade(cases, without, config)
-        after, u = self._grade(cases, {}, config)
-        usage = usage + u
+        before, after, usage = self._without_and_with(cases, without, config)
         errors: list[str] = []
         failed = sorted({fb.id for fb in cases} - (before.keys() & after.keys()))
         if failed:  # such cases count for neither side; say so rather than guess
@@ -239,10 +248,9 @@ class GuidelineValidator:
         """
         if not cases:
             return set(), Usage()
-        before, usage = self._grade(cases, without, config)
-        after, u = self._grade(cases, {}, config)
+        before, after, usage = self._without_and_with(cases, without, config)
         regraded = [fb.id for fb in cases if fb.id in before and fb.id in after]
-        return {c for c in regraded if not before[c] or after[c]}, usage + u
+        return {c for c in regraded if not before[c] or after[c]}, usage
 
     def _narrow(
         self,
