@@ -96,13 +96,15 @@ def load_scenario(folder: Path) -> tuple[DatasetSpec, list[Feedback], list[Feedb
         note=f"scenario {folder.name}: fixed train/test files",
     )
 
-    def rows(name: str) -> list[Feedback]:
-        return [
-            Feedback(
-                id=r["id"], inputs=r["inputs"], outputs=r["outputs"], value=r["value"],
-                rationale=r.get("rationale"),
-            )
-            for r in read_jsonl(folder / name)
-        ]  # fmt: skip
+    return spec, read_feedback(folder / "train.jsonl"), read_feedback(folder / "test.jsonl")
 
-    return spec, rows("train.jsonl"), rows("test.jsonl")
+
+def read_feedback(path: Path) -> list[Feedback]:
+    """A scenario file's rows (`id`, `inputs`, `outputs`, `value`, `rationale`) as feedback."""
+    return [
+        Feedback(
+            id=r["id"], inputs=r["inputs"], outputs=r["outputs"], value=r["value"],
+            rationale=r.get("rationale"),
+        )
+        for r in read_jsonl(path)
+    ]  # fmt: skip

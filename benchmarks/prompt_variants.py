@@ -34,6 +34,7 @@ from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import read_jsonl
 from provenance import file_sha256, run_info
 
 import langchain_memalign.graphs.judge as judge_graph
@@ -151,10 +152,6 @@ VARIANTS: dict[str, Builder] = {
     "episodes_only": withheld("guidelines"),
     "guidelines_only": withheld("episodes"),
 }
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def grade(judge: MemAlignJudge, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

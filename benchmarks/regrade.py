@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import read_feedback, scenario_instructions
 from provenance import file_sha256, run_info
-from scenario import add_judge_args, make_judge, read_jsonl, scenario_instructions, to_feedback
+from scenario import add_judge_args, make_judge
 
 from langchain_memalign.graphs.validate import GuidelineValidator
 
@@ -77,10 +78,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     args = p.parse_args()
     args.instructions = args.instructions or scenario_instructions(args.scenario)
-    train = read_jsonl(args.scenario / "train.jsonl")
+    train = read_feedback(args.scenario / "train.jsonl")
     started = time.time()
     judge, llm = make_judge(args)
-    report = judge.align(to_feedback(train), raise_on_failure=False)
+    report = judge.align(train, raise_on_failure=False)
     kept = [g.id for g in judge.guidelines]
     print(f"aligned: {[g.text for g in judge.guidelines]}", flush=True)
     result: dict[str, Any] = {
@@ -97,7 +98,7 @@ def main() -> None:
         # The judge's own grading nodes, as MemAlignJudge gives them to its validator.
         nodes = cast(Any, judge.graph).memalign_nodes
         validator = GuidelineValidator(judge.memory, nodes, llm)
-        cases = list(judge.memory.store.get_feedback([r["id"] for r in train]).values())
+        cases = list(judge.memory.store.get_feedback([fb.id for fb in train]).values())
         without: dict[str, Any] = dict.fromkeys(kept, None)
         for i in range(args.rounds):
             before, _ = validator._grade(cases, without, {"max_concurrency": 2})

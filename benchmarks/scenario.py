@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -36,31 +35,19 @@ from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import read_feedback, scenario_instructions
 from provenance import file_sha256, run_info
 
 from langchain_memalign import Feedback, MemAlignJudge
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def scenario_instructions(folder: Path) -> str:
-    """The judge question quoted in the scenario README: ("...", bool)."""
-    readme = (folder / "README.md").read_text()
-    m = re.search(r'\("([^"]+)",\s*bool\)', readme)
-    if not m:
-        raise SystemExit(f"{folder}/README.md names no judge question; pass --instructions")
-    return m.group(1)
-
-
-def accuracy(judge: MemAlignJudge, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    cases = [{"inputs": r["inputs"], "outputs": r["outputs"]} for r in rows]
+def accuracy(judge: MemAlignJudge, rows: list[Feedback]) -> dict[str, Any]:
+    cases = [{"inputs": r.inputs, "outputs": r.outputs} for r in rows]
     results = judge.batch(cases, {"max_concurrency": 2})
     verdicts = [
         {
-            "id": r["id"],
-            "label": r["value"],
+            "id": r.id,
+            "label": r.value,
             "score": res["score"],
             "comment": res["comment"],
             **{k: v for k, v in res["metadata"].items() if k.startswith("guidelines_")},
@@ -103,22 +90,8 @@ def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
     return judge, llm
 
 
-def to_feedback(rows: list[dict[str, Any]]) -> list[Feedback]:
-    """A scenario's training rows as feedback items."""
-    return [
-        Feedback(
-            id=r["id"],
-            inputs=r["inputs"],
-            outputs=r["outputs"],
-            value=r["value"],
-            rationale=r.get("rationale"),
-        )
-        for r in rows
-    ]
-
-
 def one_run(
-    args: argparse.Namespace, train: list[dict[str, Any]], test: list[dict[str, Any]]
+    args: argparse.Namespace, train: list[Feedback], test: list[Feedback]
 ) -> dict[str, Any]:
     judge, _ = make_judge(args)
     options = json.loads(args.options) if args.options else {}
@@ -126,7 +99,7 @@ def one_run(
     if not args.align_only:
         out["unaligned_test"] = accuracy(judge, test)
         print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
-    report = judge.align(to_feedback(train), raise_on_failure=False)
+    report = judge.align(train, raise_on_failure=False)
     out["align"] = json.loads(report.model_dump_json())
     out["guidelines"] = [
         {"id": g.id, "text": g.text, "sources": list(g.source_ids)} for g in judge.guidelines
@@ -218,8 +191,8 @@ def main() -> None:
     )
     args = p.parse_args()
     args.instructions = args.instructions or scenario_instructions(args.scenario)
-    train = read_jsonl(args.scenario / "train.jsonl")
-    test = read_jsonl(args.scenario / "test.jsonl")
+    train = read_feedback(args.scenario / "train.jsonl")
+    test = read_feedback(args.scenario / "test.jsonl")
     runs: list[dict[str, Any]] = []
     started = time.time()
     for i in range(args.repeats):
@@ -230,8 +203,8 @@ def main() -> None:
 
 def save(
     args: argparse.Namespace,
-    train: list[dict[str, Any]],
-    test: list[dict[str, Any]],
+    train: list[Feedback],
+    test: list[Feedback],
     runs: list[dict[str, Any]],
     seconds: float,
 ) -> None:
