@@ -30,7 +30,7 @@ from _data import read_feedback, scenario_instructions
 from provenance import file_sha256, run_info
 from scenario import add_judge_args, make_judge
 
-from langchain_memalign.graphs.validate import GuidelineValidator
+from langchain_memalign.graphs.validate import GuidelineValidator, _rejects
 
 
 def status(before: bool, after: bool) -> str:
@@ -40,7 +40,7 @@ def status(before: bool, after: bool) -> str:
     return "fixed" if after else "broken"
 
 
-def analyse(rounds: list[dict[str, str]]) -> dict[str, Any]:
+def analyse(rounds: list[dict[str, str]], require_fix: bool = False) -> dict[str, Any]:
     """Per case: its statuses, breaks and breaks that repeat in the next round; decisions."""
     cases = sorted(rounds[0])
     per_case = {}
@@ -56,11 +56,14 @@ def analyse(rounds: list[dict[str, str]]) -> dict[str, Any]:
         }
 
     def rejects(r: dict[str, str], confirm: dict[str, str] | None) -> bool:
-        fixed = sum(s == "fixed" for s in r.values())
-        broken = sum(
-            s == "broken" and (confirm is None or confirm.get(c) == "broken") for c, s in r.items()
-        )
-        return broken > fixed
+        """The package's decision (`validate._rejects`) on one round, its breaks kept
+        only where `confirm` (the next round) broke the case too."""
+        fixed = [c for c, s in r.items() if s == "fixed"]
+        broken = [
+            c for c, s in r.items()
+            if s == "broken" and (confirm is None or confirm.get(c) == "broken")
+        ]  # fmt: skip
+        return _rejects(fixed, broken, require_fix)
 
     return {
         "per_case": per_case,
@@ -106,7 +109,7 @@ def main() -> None:
             r = {c: status(before[c], after[c]) for c in before if c in after}
             result["rounds"].append(r)
             print(f"round {i + 1}/{args.rounds}: {r}", flush=True)
-        result["analysis"] = analyse(result["rounds"])
+        result["analysis"] = analyse(result["rounds"], judge.memory.config.validate_require_fix)
     result["seconds"] = round(time.time() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -39,6 +39,7 @@ from _data import read_feedback, scenario_instructions
 from provenance import file_sha256, run_info
 
 from langchain_memalign import Feedback, MemAlignJudge
+from langchain_memalign.graphs.validate import _rejects
 
 
 def accuracy(judge: MemAlignJudge, rows: list[Feedback]) -> dict[str, Any]:
@@ -146,21 +147,21 @@ def one_run(
     return out
 
 
-def validation_of(check: dict[str, Any]) -> dict[str, Any]:
+def validation_of(check: dict[str, Any], require_fix: bool) -> dict[str, Any]:
     """One guideline's validation, and what the first grading alone would have decided.
 
     A break that did not happen again when graded a second time (`unconfirmed`) counted
     before the package graded breaks twice; `first_grading_rejects` is that decision
-    (the default rule: more broken than fixed), so each repeat shows both.
+    (the package's own rule, `validate._rejects`), so each repeat shows both.
     """
-    fixed, broken, again = (len(check.get(k, [])) for k in ("fixed", "broken", "unconfirmed"))
+    fixed, broken, again = (check.get(k, []) for k in ("fixed", "broken", "unconfirmed"))
     return {
         "text": check["text"],
         "action": check["action"],
-        "fixed": fixed,
-        "broken": broken,
-        "unconfirmed": again,
-        "first_grading_rejects": broken + again > fixed,
+        "fixed": len(fixed),
+        "broken": len(broken),
+        "unconfirmed": len(again),
+        "first_grading_rejects": _rejects(fixed, [*broken, *again], require_fix),
     }
 
 
@@ -221,7 +222,10 @@ def save(
         r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
     ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
-    summary["validation"] = [[validation_of(c) for c in r["align"]["validation"]] for r in runs]
+    require_fix = bool(json.loads(args.options or "{}").get("validate_require_fix", False))
+    summary["validation"] = [
+        [validation_of(c, require_fix) for c in r["align"]["validation"]] for r in runs
+    ]
     result = {
         "run": run_info(
             models={"chat": args.chat_model, "embeddings": args.embedding_model},
