@@ -59,6 +59,12 @@ def accuracy(judge: MemAlignJudge, rows: list[Feedback]) -> dict[str, Any]:
     return {"correct": right, "n": len(rows), "accuracy": right / len(rows), "verdicts": verdicts}
 
 
+def judge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The further MemAlignJudge options given as JSON (`--options`)."""
+    options: dict[str, Any] = json.loads(args.options) if args.options else {}
+    return options
+
+
 def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
     """A fresh judge on the local servers, as a new user would build it, and its model."""
     key = SecretStr("local")
@@ -77,7 +83,6 @@ def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
         api_key=key,
         check_embedding_ctx_length=False,
     )
-    options = json.loads(args.options) if args.options else {}
     judge = MemAlignJudge(
         name="appropriate",
         instructions=args.instructions,
@@ -86,7 +91,7 @@ def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
         scale=bool,
         k=args.k,
         reuse_expert_verdicts=False,
-        **options,
+        **judge_options(args),
     )
     return judge, llm
 
@@ -95,8 +100,7 @@ def one_run(
     args: argparse.Namespace, train: list[Feedback], test: list[Feedback]
 ) -> dict[str, Any]:
     judge, _ = make_judge(args)
-    options = json.loads(args.options) if args.options else {}
-    out: dict[str, Any] = {"options": options}
+    out: dict[str, Any] = {"options": judge_options(args)}
     if not args.align_only:
         out["unaligned_test"] = accuracy(judge, test)
         print(f"  unaligned test {out['unaligned_test']['correct']}/{len(test)}", flush=True)
@@ -222,7 +226,7 @@ def save(
         r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
     ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
-    require_fix = bool(json.loads(args.options or "{}").get("validate_require_fix", False))
+    require_fix = bool(judge_options(args).get("validate_require_fix", False))
     summary["validation"] = [
         [validation_of(c, require_fix) for c in r["align"]["validation"]] for r in runs
     ]
