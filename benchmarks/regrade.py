@@ -6,8 +6,8 @@ counts only if it happens again (`graphs/validate.py`, `_unconfirmed`). That hel
 the server's noise is not the same from one grading to the next. This script aligns a
 judge on a scenario's training cases once, then grades every seen case without and with
 the guidelines it kept, `--rounds` times in a row, exactly as validation does (the
-package's `GuidelineValidator._grade`: reuse off, each case's own episode left out), and
-reports per case how often it was fixed or broken, how often a break was broken again in
+package's `GuidelineValidator._without_and_with`: reuse off, each case's own episode left
+out), and reports per case how often it was fixed or broken, how often a break was broken again in
 the next round, and the decision validation would take on each round alone and on each
 round confirmed by the next.
 
@@ -104,8 +104,7 @@ def main() -> None:
         cases = list(judge.memory.store.get_feedback([fb.id for fb in train]).values())
         without: dict[str, Any] = dict.fromkeys(kept, None)
         for i in range(args.rounds):
-            before, _ = validator._grade(cases, without, {"max_concurrency": 2})
-            after, _ = validator._grade(cases, {}, {"max_concurrency": 2})
+            before, after, _ = validator._without_and_with(cases, without, {"max_concurrency": 2})
             r = {c: status(before[c], after[c]) for c in before if c in after}
             result["rounds"].append(r)
             print(f"round {i + 1}/{args.rounds}: {r}", flush=True)
