@@ -216,6 +216,28 @@ def bootstrap(pairs: list[tuple[str, bool]], n_boot: int = 1000, seed: int = 0) 
     return [round(stats[int(0.025 * len(stats))], 4), round(stats[int(0.975 * len(stats)) - 1], 4)]
 
 
+class Recorder:
+    """A judge that keeps the results of its last `batch` (for their metadata)."""
+
+    def __init__(self, judge: Any) -> None:
+        self.judge, self.results = judge, []
+        self.name = getattr(judge, "name", None)
+        self.memory = getattr(judge, "memory", None)
+        self.scale = getattr(judge, "scale", None)
+
+    def batch(self, cases: Any, config: Any = None, **kw: Any) -> list[Any]:
+        self.results = self.judge.batch(cases, config, **kw)
+        return self.results
+
+
+def uncalibrated(result: Any) -> Any:
+    """A judge result with the judge's own score back where calibration replaced it."""
+    cal = (result.get("metadata") or {}).get("calibration") if isinstance(result, dict) else None
+    if not cal:
+        return result
+    return {**result, "score": cal["judge_score"]}
+
+
 def metrics(report: AgreementReport) -> dict[str, Any]:
     """Everything recorded about one set of judgments."""
     cases = report.cases
@@ -367,11 +389,22 @@ class Bench:
         )
 
     def evaluate(self, judge: Any, cases: list[Feedback], spec: DatasetSpec) -> dict[str, Any]:
+        recorder = Recorder(judge)
         rep = evaluate_agreement(
-            judge, cases, scale=spec.scale, ordinal=spec.ordinal,
+            recorder, cases, scale=spec.scale, ordinal=spec.ordinal,
             max_concurrency=self.args.max_concurrency,
         )  # fmt: skip
-        return metrics(rep)
+        out = metrics(rep)
+        # Score calibration replaces some scores; the judge's own ones, from the same
+        # judgments, are the ablation without it (no second run, no run-to-run noise).
+        raw = [uncalibrated(r) for r in recorder.results]
+        if any(r is not x for r, x in zip(raw, recorder.results, strict=True)):
+            out["calibrated"] = sum(r is not x for r, x in zip(raw, recorder.results, strict=True))
+            out["uncalibrated"] = metrics(
+                agreement_report(cases, raw, spec.scale, ordinal=spec.ordinal, usage=rep.usage,
+                                 seconds=rep.seconds)
+            )  # fmt: skip
+        return out
 
     # -- systems -------------------------------------------------------------------------------
 
@@ -482,6 +515,7 @@ class Bench:
                         "guidelines_updated": rep.guidelines_updated,
                         "validation": [c.model_dump() for c in rep.validation],
                         "rejected": [r.model_dump() for r in rep.guidelines_rejected],
+                        "calibration": rep.calibration and rep.calibration.model_dump(),
                     }
                     log(f"  aligned in {seconds:.0f}s, {usage.llm_calls} calls, "
                         f"{len(judge.guidelines)} guidelines, "

@@ -142,6 +142,19 @@ class JudgeConfig(BaseModel):
         default=16, ge=0, le=10_000,
         description="Most extra judge calls one align may spend on validation.",
     )  # fmt: skip
+    calibrate_scores: bool = Field(
+        default=True,
+        description="On integer scales of up to 11 values: grade each newly aligned seen "
+        "case as if unseen (its own past case left out) and keep the judge's score beside "
+        "the expert's; a judgment with no past case in its prompt then gives the score the "
+        "experts most often gave where the judge gave its own, once at least 3 seen cases "
+        "say so by a margin of 2 (`memory.calibration`). One judge call per aligned item, "
+        "at most `calibrate_max_calls` an align. Other scales are never calibrated.",
+    )
+    calibrate_max_calls: int = Field(
+        default=64, ge=0, le=10_000,
+        description="Most judge calls one align spends grading seen cases for calibration.",
+    )  # fmt: skip
     reflect_contrast: int = Field(
         default=4, ge=0, le=32,
         description="Stored cases with other scores shown beside each reflection batch, so "

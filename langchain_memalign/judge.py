@@ -25,6 +25,7 @@ from langchain_memalign.errors import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
 from langchain_memalign.graphs.alignment import AlignmentRun
+from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.cases import PrepareCases, TakeResult
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
@@ -74,14 +75,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
         k: Past cases retrieved per judgment.
         min_episode_similarity: Similarity a retrieved past case without a rationale
-            needs to be shown. `"auto"` (default): 0.9 (near duplicates, e.g. the same
-            question, and the cases the experts graded), except on numeric scales, where
-            it is `None` (the `k` nearest whatever their similarity, whose scores
-            calibrate the judge).
+            needs to be shown. `"auto"` (default): 0.9 on every scale (near duplicates,
+            e.g. the same question, and the cases the experts graded).
         min_episode_similarity_with_rationale: The same floor for past cases that
-            carry the expert's rationale. `"auto"` (default): `None` on numeric and bool
-            scales (a pass/fail verdict with its reason is a worked example of the
-            experts' rule), 0.9 on categorical and pairwise ones (`JudgeConfig`).
+            carry the expert's rationale. `"auto"` (default): `None` on bool scales (a
+            pass/fail verdict with its reason is a worked example of the experts'
+            rule), 0.9 on the others (`config.default_floor`).
         reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
@@ -107,6 +106,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         validate_require_fix: Keep a checked guideline only if it fixes more seen
             verdicts than it breaks (`JudgeConfig.validate_require_fix`).
         validate_max_calls: Most extra judge calls one align spends on validation.
+        calibrate_scores: On integer scales, learn which score the experts give where
+            the judge gives one, from seen cases graded as unseen
+            (`JudgeConfig.calibrate_scores`).
+        calibrate_max_calls: Most judge calls one align spends on calibration.
         reflect_contrast: Stored cases with other scores shown beside each
             reflection batch.
         judge_prompt: `"turns"` (default), `"checklist"` or `"plain"`
@@ -150,6 +153,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         validate_guidelines: Literal["off", "sources", "all"] = "sources",
         validate_require_fix: bool = False,
         validate_max_calls: int = 16,
+        calibrate_scores: bool = True,
+        calibrate_max_calls: int = 64,
         reflect_contrast: int = 4,
         judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
         pairwise_mode: Literal["separate", "both_orders", "one_order"] = "separate",
@@ -176,6 +181,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             validate_guidelines=validate_guidelines,
             validate_require_fix=validate_require_fix,
             validate_max_calls=validate_max_calls,
+            calibrate_scores=calibrate_scores,
+            calibrate_max_calls=calibrate_max_calls,
             reflect_contrast=reflect_contrast,
             judge_prompt=judge_prompt,
             pairwise_mode=pairwise_mode,
@@ -208,7 +215,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         judge_nodes = cast(Any, self.graph).memalign_nodes  # see _weak.py
         validator = GuidelineValidator(memory, judge_nodes, self.reflection_model)
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
-            build_align_graph(memory, self.reflection_model, validator=validator)
+            build_align_graph(
+                memory,
+                self.reflection_model,
+                validator=validator,
+                calibrator=ScoreCalibrator(memory, judge_nodes),
+            )
         )
         self._run = AlignmentRun(memory, self.align_graph, self._align_nodes)
         self._chain = (

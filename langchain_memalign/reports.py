@@ -74,6 +74,28 @@ class GuidelineCheck(BaseModel):
     narrowed_text: str | None = None
 
 
+class CalibrationReport(BaseModel):
+    """What an align's calibration step graded, and the score remapping it left."""
+
+    graded: list[str] = Field(
+        default_factory=list,
+        description="Feedback ids graded as unseen whose (judge, expert) scores were kept.",
+    )
+    past_case_shown: list[str] = Field(
+        default_factory=list,
+        description="Ids whose grading showed another past case: no pair kept (the "
+        "calibration applies only to judgments without one).",
+    )
+    over_budget: list[str] = Field(
+        default_factory=list, description="Ids not graded: `calibrate_max_calls` was spent."
+    )
+    pairs: int = Field(default=0, description="Calibration pairs stored after the align.")
+    mapping: dict[str, int | float] = Field(
+        default_factory=dict,
+        description="Judge score -> the score judgments give instead, after the align.",
+    )
+
+
 class AlignReport(BaseModel):
     """What an `align` call changed and what it cost."""
 
@@ -101,6 +123,10 @@ class AlignReport(BaseModel):
     validation: list[GuidelineCheck] = Field(
         default_factory=list,
         description="Each new guideline's effect on seen cases, and what was done about it.",
+    )
+    calibration: CalibrationReport | None = Field(
+        default=None,
+        description="The calibration step on integer scales (None when it did not run).",
     )
     errors: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
@@ -137,6 +163,7 @@ class AlignReport(BaseModel):
             failed=sorted(set(reports[-1].failed)) if reports else [],
             guidelines_rejected=[x for r in reports for x in r.guidelines_rejected],
             validation=[c for r in reports for c in r.validation],
+            calibration=_merge_calibration([r.calibration for r in reports]),
             errors=[e for r in reports for e in r.errors],
             usage=Usage.sum(r.usage for r in reports),
             seconds=sum(r.seconds for r in reports),
@@ -146,6 +173,25 @@ class AlignReport(BaseModel):
     def total_tokens(self) -> int:
         """Tokens spent on LLM calls."""
         return self.usage.total_tokens
+
+
+def _merge_calibration(steps: Sequence[CalibrationReport | None]) -> CalibrationReport | None:
+    """Successive calls' calibration steps as one: ids in order, the last call's state."""
+    done = [c for c in steps if c is not None]
+    if not done:
+        return None
+
+    def cat(name: str) -> list[str]:
+        return list(dict.fromkeys(x for c in done for x in getattr(c, name)))
+
+    graded = cat("graded")
+    return CalibrationReport(
+        graded=graded,
+        past_case_shown=[i for i in cat("past_case_shown") if i not in graded],
+        over_budget=[i for i in cat("over_budget") if i not in graded],
+        pairs=done[-1].pairs,
+        mapping=done[-1].mapping,
+    )
 
 
 class UnalignReport(BaseModel):

@@ -113,6 +113,8 @@ class JudgeFile(BaseModel):
     validate_guidelines: str | None = None
     validate_require_fix: bool | None = None
     validate_max_calls: int | None = None
+    calibrate_scores: bool | None = None
+    calibrate_max_calls: int | None = None
     reflect_contrast: int | None = None
     judge_prompt: str | None = None
     pairwise_mode: str | None = None

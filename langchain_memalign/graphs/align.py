@@ -1,8 +1,9 @@
 r"""The alignment graph: reflect on feedback in parallel, merge into memory, consolidate.
 
 ```
-START -(Send per batch)-> reflect -> merge -> validate -(over budget?)-> consolidate -> END
-      \\-(nothing to reflect)-------/                 \\----------------------------------> END
+START -(Send per batch)-> reflect -> merge -> validate -> calibrate -(over budget?)-> consolidate
+      \\-(nothing to reflect)-------/                              \\---------------------> END
+consolidate -> END
 ```
 `reflect` distills scoped guidelines from one batch of feedback, shown beside
 stored cases with other verdicts; a batch that fails is recorded, never
@@ -12,6 +13,8 @@ they cite, in one call, keeps only the sources whose rationale supports each
 guideline, rejects case summaries, and commits episodes and guidelines in one
 transaction. `validate` grades seen cases with and without each new guideline
 and narrows or drops one that breaks more expert verdicts than it fixes.
+`calibrate`, on integer scales, grades the stored cases as unseen and keeps the
+judge's score beside the expert's (`graphs.calibrate`).
 `forget` is the unalign step: it removes feedback and re-derives every
 guideline that came from it.
 """
@@ -35,6 +38,7 @@ from langchain_memalign._text import normalize
 from langchain_memalign._weak import weak_node
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.budget import fit_reflection, shown_guidelines
+from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.forget import ForgetStep
 from langchain_memalign.graphs.prompts import (
     consolidate_messages,
@@ -62,7 +66,12 @@ from langchain_memalign.memory.semantic import (
     new_guideline_id,
     total_tokens,
 )
-from langchain_memalign.reports import GuidelineCheck, RejectedGuideline, Usage
+from langchain_memalign.reports import (
+    CalibrationReport,
+    GuidelineCheck,
+    RejectedGuideline,
+    Usage,
+)
 
 # -- state ------------------------------------------------------------------------------------
 
@@ -91,6 +100,7 @@ class AlignState(TypedDict, total=False):
     new_guidelines: list[str]
     rejected: Annotated[list[RejectedGuideline], operator.add]
     validation: list[GuidelineCheck]
+    calibration: CalibrationReport
 
 
 class ReflectInput(TypedDict):
@@ -103,12 +113,17 @@ class AlignNodes(ForgetStep):
     """The nodes of the alignment graph, bound to one judge's memory and reflection model."""
 
     def __init__(
-        self, memory: JudgeMemory, model: BaseChatModel, validator: GuidelineValidator | None = None
+        self,
+        memory: JudgeMemory,
+        model: BaseChatModel,
+        validator: GuidelineValidator | None = None,
+        calibrator: ScoreCalibrator | None = None,
     ) -> None:
         self.memory = memory
         retries = memory.config.max_retries
         self.reflection_model = model
         self.validator = validator
+        self.calibrator = calibrator
         self.rederiver = StructuredCaller(
             model, Rederived, what="guideline re-derivation", retries=retries
         )
@@ -348,6 +363,17 @@ class AlignNodes(ForgetStep):
         checks, usage, errors = self.validator.run(new, config)
         return {"validation": checks, "usages": [usage], "errors": errors}
 
+    # -- calibrate ------------------------------------------------------------------------
+
+    def calibrate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """On integer scales, grade the stored cases as unseen and keep calibration pairs."""
+        if self.calibrator is None:
+            return {}
+        report, usage, errors = self.calibrator.run(state.get("to_store") or [], config)
+        if report is None:
+            return {}
+        return {"calibration": report, "usages": [usage], "errors": errors}
+
     # -- consolidate ----------------------------------------------------------------------
 
     def route_consolidation(self, state: AlignState) -> str:
@@ -409,22 +435,26 @@ def build_align_graph(
     *,
     name: str | None = None,
     validator: GuidelineValidator | None = None,
+    calibrator: ScoreCalibrator | None = None,
 ) -> CompiledStateGraph[AlignState, None, AlignState, AlignState]:
     """Compile the alignment graph for a memory and a reflection model.
 
-    With a `validator`, new guidelines are checked against seen cases after `merge`.
+    With a `validator`, new guidelines are checked against seen cases after `merge`;
+    with a `calibrator`, the stored cases are then graded for score calibration.
     """
-    nodes = AlignNodes(memory, model, validator)
+    nodes = AlignNodes(memory, model, validator, calibrator)
     w = weak_node
     graph = StateGraph(AlignState)
     graph.add_node("reflect", w(nodes.reflect), input_schema=ReflectInput)
     graph.add_node("merge", w(nodes.merge))
     graph.add_node("validate", w(nodes.validate))
+    graph.add_node("calibrate", w(nodes.calibrate))
     graph.add_node("consolidate", w(nodes.consolidate))
     graph.add_conditional_edges(START, w(nodes.route_batches), ["reflect", "merge"])
     graph.add_edge("reflect", "merge")
     graph.add_edge("merge", "validate")
-    graph.add_conditional_edges("validate", w(nodes.route_consolidation), ["consolidate", END])
+    graph.add_edge("validate", "calibrate")
+    graph.add_conditional_edges("calibrate", w(nodes.route_consolidation), ["consolidate", END])
     graph.add_edge("consolidate", END)
     compiled = graph.compile(name=name or f"{memory.config.name}_align")
     compiled.memalign_nodes = nodes  # type: ignore[attr-defined]  # see _weak.py

@@ -122,6 +122,7 @@ class AlignmentRun:
             failed=sorted(set(out.get("failed") or [])),
             guidelines_rejected=list(out.get("rejected") or []),
             validation=list(out.get("validation") or []),
+            calibration=out.get("calibration"),
             errors=errors + list(out.get("errors") or []),
             usage=usage + Usage.sum(out.get("usages") or []),
             seconds=time.perf_counter() - started,

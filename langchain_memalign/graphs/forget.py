@@ -146,6 +146,11 @@ class ForgetStep:
             else:
                 mem.store.set_reflected(conn, ids, False)
             mem.store.set_reflected(conn, pending, False)
+            # A calibration pair belongs to its feedback: gone with it, and stale once the
+            # feedback is replaced (the align that replaces it grades it again).
+            calibration = mem.stored_calibration()
+            if gone & {p.feedback_id for p in calibration.pairs}:
+                mem.put_calibration(calibration.updated([], gone))
             mem.store.log(
                 conn, "unalign" if delete else "replace", ids,
                 result.removed + result.rederived + list(widened),

@@ -273,6 +273,14 @@ class JudgeNodes:
             "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
             **verdict.metadata,
         }
+        score = verdict.score
+        # Calibrated only without a past case in the prompt: the pairs were graded so,
+        # and a near duplicate's score (often the case's own) is not the judge's habit.
+        if self.memory.config.calibrate_scores and not state.get("episodes"):
+            view = self.memory.snapshot(state.get("memory_seq"))
+            score, evidence = view.calibration.apply(score)
+            if evidence is not None:
+                metadata["calibration"] = evidence
         # Reported whether or not the model resisted: a graded output that talks to
         # its grader is worth a human look either way.
         addressed = grader_directed(self._case(state))
@@ -281,7 +289,7 @@ class JudgeNodes:
         return {
             "result": {
                 "key": self.memory.config.name,
-                "score": verdict.score,
+                "score": score,
                 "comment": verdict.rationale,
                 "metadata": metadata,
             }

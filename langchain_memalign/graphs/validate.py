@@ -30,6 +30,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.prompts import format_value, narrow_messages
 from langchain_memalign.graphs.provenance import restates_case
 from langchain_memalign.graphs.schemas import GuidelineText
+from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
@@ -120,19 +121,8 @@ class GuidelineValidator:
                         guidelines.append(replacement)
                 else:
                     guidelines.append(g)
-            case = {"inputs": fb.inputs, "outputs": fb.outputs,
-                    "reference_outputs": fb.reference_outputs}  # fmt: skip
-            # Leave-one-out: the case's own episode would hand the model the expert's
-            # verdict, so seen cases would measure recall, not whether the rule helps
-            # on a case like this one that the judge has not seen.
-            k = mem.config.k
-            near = (
-                mem.retrieve(qv, k=k + 1, case=(fb.inputs, fb.outputs))
-                if qv is not None and k
-                else []
-            )
-            episodes = [e for e in near if e.feedback_id != fb.id][:k]
-            verdict = self.judge_nodes.grade(case, guidelines, episodes, config)
+            # Leave-one-out: whether the rule helps on a case like this one, not recall.
+            verdict, _ = grade_unseen(mem, self.judge_nodes, fb, guidelines, qv, config)
             return format_value(verdict.score) == format_value(fb.value), verdict.usage
 
         outcomes = RunnableLambda(one).batch(list(cases), config, return_exceptions=True)

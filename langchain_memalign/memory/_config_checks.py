@@ -33,6 +33,7 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "hnsw_threshold": (1, 1_000_000_000),
     "hnsw_ef_search": (1, 100_000),
     "validate_max_calls": (0, 10_000),
+    "calibrate_max_calls": (0, 10_000),
     "reflect_contrast": (0, 32),
     "source_support": (-1.0, 1.0),
     "min_episode_similarity": (-1.0, 1.0),

@@ -29,7 +29,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ from langchain_memalign.memory._config_checks import check_config_bounds as chec
 from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory._integration_state import _CORE_META
 from langchain_memalign.memory._integration_state import IntegrationState as IntegrationState
+from langchain_memalign.memory.calibration import META_KEY as CALIBRATION_KEY
+from langchain_memalign.memory.calibration import ScoreCalibration
 from langchain_memalign.memory.episodic import Episode, EpisodicIndex, as_matrix
 from langchain_memalign.memory.postgres import PostgresStore, is_postgres_url
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
@@ -141,6 +143,7 @@ class MemoryView:
     guidelines: tuple[Guideline, ...]
     guideline_vectors: np.ndarray | None
     index: EpisodicIndex
+    calibration: ScoreCalibration = field(default_factory=ScoreCalibration)
 
 
 def is_other_answer(past: Feedback, inputs: Any, outputs: Any) -> bool:
@@ -545,6 +548,21 @@ class JudgeMemory:
         """Vectors of the current guidelines, row-aligned with `guidelines`."""
         return self._view.guideline_vectors
 
+    @property
+    def calibration(self) -> ScoreCalibration:
+        """The current score calibration (seen cases' pairs and the remapping)."""
+        return self._view.calibration
+
+    def stored_calibration(self) -> ScoreCalibration:
+        """The calibration as stored now (writers read it here, not from a view)."""
+        return ScoreCalibration.from_json(
+            self.store.get_meta(CALIBRATION_KEY), self.config.scale, where=self.store._where()
+        )
+
+    def put_calibration(self, calibration: ScoreCalibration) -> None:
+        """Store a calibration (inside the caller's transaction, when there is one)."""
+        self.store.set_meta(CALIBRATION_KEY, calibration.to_json() if calibration.pairs else None)
+
     def needs_query_vector(self, view: MemoryView | None = None) -> bool:
         """Whether a judgment needs the case embedded (nothing to retrieve: no call)."""
         view = view or self._view
@@ -686,7 +704,9 @@ class JudgeMemory:
             self.index = self._rebuild_index()
         self._index_seq = seq
         guidelines, vectors = self.store.load_guidelines()
-        view = MemoryView(seq, tuple(guidelines), vectors, self.index.frozen())
+        view = MemoryView(
+            seq, tuple(guidelines), vectors, self.index.frozen(), self.stored_calibration()
+        )
         self._views[seq] = view
         self._views.move_to_end(seq)
         while len(self._views) > _KEPT_VIEWS:

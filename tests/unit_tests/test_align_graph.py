@@ -19,8 +19,8 @@ def test_graph_shape(make_judge: Any) -> None:
     graph = make_judge().align_graph.get_graph()
     edges = {(e.source, e.target) for e in graph.edges}
     assert {("__start__", "reflect"), ("__start__", "merge"), ("reflect", "merge")} <= edges
-    assert ("merge", "validate") in edges
-    assert {("validate", "consolidate"), ("validate", "__end__")} <= edges
+    assert {("merge", "validate"), ("validate", "calibrate")} <= edges
+    assert {("calibrate", "consolidate"), ("calibrate", "__end__")} <= edges
 
 
 def test_route_batches_fans_out_one_send_per_batch(make_judge: Any) -> None:

@@ -1,0 +1,88 @@
+"""Calibration step of alignment: grade newly aligned cases as unseen and keep the pairs.
+
+After an align has stored its feedback (and validated its guidelines), each new or
+changed item on an integer scale is graded with the memory as it now is, its own past
+case left out (`seen_cases.grade_unseen`). The judge's score beside the expert's is one
+calibration pair (`memory.calibration`). A grading that showed a past case is not kept:
+the calibration corrects judgments that have no past case to go by, and is applied to
+those only (`graphs.judge`). Cost: one judge call per item, at most
+`JudgeConfig.calibrate_max_calls` an align; items past that keep no pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.seen_cases import grade_unseen
+from langchain_memalign.memory.calibration import CalibrationPair, calibrates
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.reports import CalibrationReport, Usage
+
+if TYPE_CHECKING:
+    from langchain_memalign.graphs.judge import JudgeNodes
+
+
+class ScoreCalibrator:
+    """Grades aligned cases as unseen and stores their calibration pairs."""
+
+    def __init__(self, memory: JudgeMemory, judge_nodes: JudgeNodes) -> None:
+        self.memory = memory
+        self.judge_nodes = judge_nodes
+
+    def run(
+        self, cases: Sequence[Feedback], config: RunnableConfig
+    ) -> tuple[CalibrationReport | None, Usage, list[str]]:
+        """Grade `cases` (within the budget), commit their pairs; report what was done."""
+        mem = self.memory
+        cfg = mem.config
+        if not cfg.calibrate_scores or not calibrates(cfg.scale) or not cases:
+            return None, Usage(), []
+        graded = list(cases)[: cfg.calibrate_max_calls]
+        vectors = mem.store.episode_vectors(fb.id for fb in graded)
+        guidelines_of = {fb.id: mem.select_guidelines(vectors.get(fb.id)) for fb in graded}
+
+        def one(fb: Feedback) -> tuple[CalibrationPair | None, Usage]:
+            verdict, shown = grade_unseen(
+                mem, self.judge_nodes, fb, guidelines_of[fb.id], vectors.get(fb.id), config
+            )
+            if shown:
+                return None, verdict.usage
+            expert = cfg.scale.validate_value(fb.value, feedback_id=fb.id)
+            return CalibrationPair(fb.id, verdict.score, expert), verdict.usage
+
+        outcomes = RunnableLambda(one).batch(graded, config, return_exceptions=True)
+        usage = Usage()
+        pairs: list[CalibrationPair] = []
+        shown: list[str] = []
+        failed: list[str] = []
+        for fb, out in zip(graded, outcomes, strict=True):
+            if isinstance(out, BaseException):
+                usage = usage + (getattr(out, "usage", None) or Usage(llm_calls=1))
+                failed.append(fb.id)
+                continue
+            pair, u = out
+            usage = usage + u
+            if pair is None:
+                shown.append(fb.id)
+            else:
+                pairs.append(pair)
+        # Every case of this align loses its old pair (it may have changed); those not
+        # graded now have none until an align grades them again.
+        calibration = mem.stored_calibration().updated(pairs, [fb.id for fb in cases])
+        with mem.store.transaction() as conn:
+            mem.put_calibration(calibration)
+            mem.store.log(conn, "calibrate", [p.feedback_id for p in pairs])
+        mem.refresh_guidelines()
+        report = CalibrationReport(
+            graded=[p.feedback_id for p in pairs],
+            past_case_shown=shown,
+            over_budget=[fb.id for fb in cases[len(graded) :]],
+            mapping={str(k): v for k, v in sorted(calibration.mapping.items())},
+            pairs=len(calibration.pairs),
+        )
+        errors = [f"calibration could not grade seen cases {failed}"] if failed else []
+        return report, usage, errors
