@@ -33,7 +33,7 @@ from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.postgres import is_postgres_url
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
-from langchain_memalign.reports import AlignReport, UnalignReport
+from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport
 from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale, ScaleSpec
 
@@ -214,12 +214,13 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         # Validation grades seen cases with the judge's own model and prompt.
         judge_nodes = cast(Any, self.graph).memalign_nodes  # see _weak.py
         validator = GuidelineValidator(memory, judge_nodes, self.reflection_model)
+        self._calibrator = ScoreCalibrator(memory, judge_nodes)
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
             build_align_graph(
                 memory,
                 self.reflection_model,
                 validator=validator,
-                calibrator=ScoreCalibrator(memory, judge_nodes),
+                calibrator=self._calibrator,
             )
         )
         self._run = AlignmentRun(memory, self.align_graph, self._align_nodes)
@@ -487,6 +488,31 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
     ) -> UnalignReport:
         """Async twin of `unalign` (runs off the event loop)."""
         return await asyncio.to_thread(self.unalign, list(ids), config)
+
+    def calibrate(
+        self, feedback_ids: Sequence[str] | None = None, config: RunnableConfig | None = None
+    ) -> CalibrationReport:
+        """Grade seen cases again, as unseen, for score calibration (integer scales).
+
+        `align` grades the cases it stores; their pairs (the judge's score, the
+        expert's) were graded with the memory as it was then. This grades every
+        stored case (or `feedback_ids`) with the memory as it is now, one judge call
+        each (`calibrate_max_calls` does not apply), and replaces their pairs. Use it
+        after the memory has changed much, or on a memory aligned before calibration.
+        The call is one transaction.
+
+        Raises:
+            ValueError: the judge's scale is not calibrated (not an integer scale of up
+                to 11 values), or `calibrate_scores` is off.
+            UnknownFeedbackError: some ids are not in the memory (nothing is graded).
+            AlignFailedError: the call failed part-way and was rolled back.
+        """
+        if isinstance(feedback_ids, str):
+            raise TypeError(
+                f"calibrate takes a list of feedback ids, not a string: [{feedback_ids!r}]"
+            )
+        ids = None if feedback_ids is None else list(dict.fromkeys(feedback_ids))
+        return self._run.calibrate(self._calibrator, ids, ensure_config(config))
 
     # -- persistence --------------------------------------------------------------------------
 

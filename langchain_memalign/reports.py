@@ -92,7 +92,11 @@ class CalibrationReport(BaseModel):
     pairs: int = Field(default=0, description="Calibration pairs stored after the align.")
     mapping: dict[str, int | float] = Field(
         default_factory=dict,
-        description="Judge score -> the score judgments give instead, after the align.",
+        description="Judge score -> the score judgments give instead, after the step.",
+    )
+    errors: list[str] = Field(default_factory=list)
+    usage: Usage = Field(
+        default_factory=Usage, description="What the gradings cost (part of an align's usage)."
     )
 
 
@@ -191,6 +195,8 @@ def _merge_calibration(steps: Sequence[CalibrationReport | None]) -> Calibration
         over_budget=[i for i in cat("over_budget") if i not in graded],
         pairs=done[-1].pairs,
         mapping=done[-1].mapping,
+        errors=[e for c in done for e in c.errors],
+        usage=Usage.sum(c.usage for c in done),
     )
 
 

@@ -181,6 +181,14 @@ def _print_checks(report: AlignReport) -> None:
         echo(f"  {c.action} ({effect}): {shorten(c.text)}")
         if c.narrowed_text:
             echo(f"    now: {shorten(c.narrowed_text)}")
+    cal = report.calibration
+    if cal is not None:
+        # The remapping changes scores without a guideline saying so: worth a line.
+        mapping = ", ".join(f"{k} -> {v}" for k, v in cal.mapping.items()) or "none yet"
+        echo(
+            f"  calibration: {len(cal.graded)} seen case(s) graded as unseen, "
+            f"{cal.pairs} in all; the judge's scores given instead: {mapping}"
+        )
 
 
 def _print_sync(sync: SyncReport, judge: MemAlignJudge) -> None:

@@ -369,10 +369,10 @@ class AlignNodes(ForgetStep):
         """On integer scales, grade the stored cases as unseen and keep calibration pairs."""
         if self.calibrator is None:
             return {}
-        report, usage, errors = self.calibrator.run(state.get("to_store") or [], config)
+        report = self.calibrator.run(state.get("to_store") or [], config)
         if report is None:
             return {}
-        return {"calibration": report, "usages": [usage], "errors": errors}
+        return {"calibration": report, "usages": [report.usage], "errors": report.errors}
 
     # -- consolidate ----------------------------------------------------------------------
 

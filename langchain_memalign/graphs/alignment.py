@@ -25,8 +25,11 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState
+from langchain_memalign.graphs.calibrate import ScoreCalibrator
+from langchain_memalign.memory.calibration import MAX_LEVELS, calibrates
 from langchain_memalign.memory.judge_memory import JudgeMemory
-from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
+from langchain_memalign.scale import Scale
 
 
 def mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
@@ -135,6 +138,29 @@ class AlignmentRun:
             )
         return report
 
+    def calibrate(
+        self, calibrator: ScoreCalibrator, ids: list[str] | None, config: RunnableConfig
+    ) -> CalibrationReport:
+        """Grade seen cases again for score calibration (see `MemAlignJudge.calibrate`)."""
+        mem = self.memory
+        cfg = mem.config
+        if not calibrates(cfg.scale):
+            raise ValueError(
+                f"judge {cfg.name!r}: score calibration is for integer scales of up to "
+                f"{MAX_LEVELS} values, not {_scale_name(cfg.scale)}"
+            )
+        if not cfg.calibrate_scores:
+            raise ValueError(f"judge {cfg.name!r}: calibrate_scores is off")
+        with _rolled_back_as_documented("calibrate", mem.store.supports_atomic), mem.atomic():
+            wanted = mem.store.feedback_ids() if ids is None else ids
+            found = mem.store.get_feedback(wanted)
+            missing = [i for i in wanted if i not in found]
+            if missing:
+                raise UnknownFeedbackError(missing)
+            cases = [found[i] for i in wanted]
+            report = calibrator.run(cases, config, max_calls=len(cases))
+        return report or CalibrationReport(pairs=len(mem.calibration.pairs))
+
     def unalign(self, ids: list[str], config: RunnableConfig) -> UnalignReport:
         """Remove feedback and everything derived from it (see `MemAlignJudge.unalign`)."""
         started = time.perf_counter()
@@ -194,3 +220,12 @@ def _raise_align_failed(operation: str, whole: bool, e: BaseException) -> NoRetu
         f"{operation} failed and {outcome}. Cause: {kind}: {e}",
         operation=operation,
     ) from e
+
+
+def _scale_name(scale: Scale) -> str:
+    if scale.kind == "numeric":
+        whole = "integer" if scale.integer else "continuous"
+        return f"a {whole} {scale.describe_range()} scale"
+    return {"bool": "a pass/fail scale", "pairwise": "a pairwise scale"}.get(
+        scale.kind, "a categorical scale"
+    )

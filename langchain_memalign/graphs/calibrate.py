@@ -34,14 +34,19 @@ class ScoreCalibrator:
         self.judge_nodes = judge_nodes
 
     def run(
-        self, cases: Sequence[Feedback], config: RunnableConfig
-    ) -> tuple[CalibrationReport | None, Usage, list[str]]:
-        """Grade `cases` (within the budget), commit their pairs; report what was done."""
+        self, cases: Sequence[Feedback], config: RunnableConfig, *, max_calls: int | None = None
+    ) -> CalibrationReport | None:
+        """Grade `cases` as unseen and commit their pairs; None if there is nothing to do.
+
+        At most `max_calls` cases are graded (by default `calibrate_max_calls`). Nothing
+        is done when the judge does not calibrate or no case is given.
+        """
         mem = self.memory
         cfg = mem.config
         if not cfg.calibrate_scores or not calibrates(cfg.scale) or not cases:
-            return None, Usage(), []
-        graded = list(cases)[: cfg.calibrate_max_calls]
+            return None
+        budget = cfg.calibrate_max_calls if max_calls is None else max_calls
+        graded = list(cases)[:budget]
         vectors = mem.store.episode_vectors(fb.id for fb in graded)
         guidelines_of = {fb.id: mem.select_guidelines(vectors.get(fb.id)) for fb in graded}
 
@@ -77,12 +82,12 @@ class ScoreCalibrator:
             mem.put_calibration(calibration)
             mem.store.log(conn, "calibrate", [p.feedback_id for p in pairs])
         mem.refresh_guidelines()
-        report = CalibrationReport(
+        return CalibrationReport(
             graded=[p.feedback_id for p in pairs],
             past_case_shown=shown,
             over_budget=[fb.id for fb in cases[len(graded) :]],
-            mapping={str(k): v for k, v in sorted(calibration.mapping.items())},
             pairs=len(calibration.pairs),
+            mapping={str(k): v for k, v in sorted(calibration.mapping.items())},
+            errors=[f"calibration could not grade seen cases {failed}"] if failed else [],
+            usage=usage,
         )
-        errors = [f"calibration could not grade seen cases {failed}"] if failed else []
-        return report, usage, errors

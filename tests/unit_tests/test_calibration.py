@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from langchain_memalign import Feedback, MemAlignJudge
-from langchain_memalign.errors import MemoryFormatError
+from langchain_memalign.errors import MemoryFormatError, UnknownFeedbackError
 from langchain_memalign.memory.calibration import CalibrationPair, ScoreCalibration, calibrates
 from langchain_memalign.scale import Scale
 
@@ -225,3 +225,37 @@ def test_a_failed_grading_keeps_no_pair_and_says_so(numeric: Any, model: Any) ->
     assert report.calibration.graded == ["c0", "c2", "c3"]
     assert any("calibration could not grade seen cases ['c1']" in e for e in report.errors)
     assert judge.feedback_ids == ["c0", "c1", "c2", "c3"]  # the feedback itself is stored
+
+
+# -- calibrate(): grading the stored cases again ----------------------------------------------
+
+
+def test_calibrate_grades_every_stored_case_with_the_memory_as_it_is(
+    numeric: Any, model: Any
+) -> None:
+    judge = numeric(calibrate_max_calls=0)  # align keeps no pair: a memory from before
+    judge.align(items(2, 2, 2, 3))
+    assert judge_calls(model) == 0 and not judge.memory.calibration.pairs
+    report = judge.calibrate()
+    assert report.graded == ["c0", "c1", "c2", "c3"] and report.usage.llm_calls == 4
+    assert report.mapping == {"3": 2}
+    assert judge.invoke({"inputs": "new", "outputs": "new"})["score"] == 2
+    again = judge.calibrate(["c3", "c3"])  # an id once
+    assert again.graded == ["c3"] and again.pairs == 4 and judge_calls(model) == 6
+
+
+def test_calibrate_refuses_unknown_ids_and_scales_it_does_not_calibrate(
+    numeric: Any, make_judge: Any, model: Any
+) -> None:
+    judge = numeric()
+    judge.align(items(2, 2, 2, 3))
+    calls = judge_calls(model)
+    with pytest.raises(UnknownFeedbackError, match="nope"):
+        judge.calibrate(["c0", "nope"])
+    with pytest.raises(TypeError, match="not a string"):
+        judge.calibrate("c0")
+    assert judge_calls(model) == calls  # nothing graded
+    with pytest.raises(ValueError, match="calibrate_scores is off"):
+        numeric(calibrate_scores=False).calibrate()
+    with pytest.raises(ValueError, match="up to 11 values, not a pass/fail scale"):
+        make_judge().calibrate()

@@ -248,6 +248,19 @@ def test_align_says_what_validation_did_to_each_guideline(env: Env) -> None:
     assert {c["action"] for c in checks} == {"kept"}
 
 
+def test_align_says_what_calibration_learned_on_an_integer_scale(env: Env) -> None:
+    env.config.write_text(
+        CONFIG.replace('scale = "bool"', "scale = [1, 5]").replace("k = 3", "k = 0")
+    )
+    env.responder.judge_rule = lambda case, memory: {"rationale": "Fine.", "score": 3}
+    rows = [{**f, "value": v} for f, v in zip(FEEDBACK, [2, 2, 2], strict=True)]
+    env.created()
+    code, out, _ = env.run("align", write_jsonl(env.tmp / "scores.jsonl", rows))
+    assert code == EXIT_OK
+    assert "calibration: 3 seen case(s) graded as unseen, 3 in all; " in out
+    assert "the judge's scores given instead: 3 -> 2" in out
+
+
 def test_aligning_again_changes_nothing(env: Env) -> None:
     env.created()
     env.run("align", env.feedback)

@@ -23,6 +23,7 @@ from fakes import HashEmbeddings
 from langchain_memalign import (
     AlignFailedError,
     EmbeddingMismatchError,
+    Feedback,
     MemAlignJudge,
     MemoryFormatError,
     MemoryUnavailableError,
@@ -516,3 +517,28 @@ def test_save_copies_between_judges_of_databases(
         "sweater", "hours",
     ]  # fmt: skip
     src.close()
+
+
+def test_score_calibration_is_stored_in_the_database(make_judge: Any, model: Any, db: str) -> None:
+    # The judge gives 3 to everything; the experts gave 2 to three cases of four.
+    model.responder = lambda m: (
+        {"rationale": "Fine.", "score": 3}
+        if "expert evaluator" in str(m[0].content)
+        else {"guidelines": []}
+    )
+    url = judge_url(db)
+    judge = make_judge(path=url, scale=(1, 5), k=0)
+    cases = [
+        Feedback(id=f"c{i}", inputs=f"question {i}", outputs=f"answer {i}", value=v)
+        for i, v in enumerate([2, 2, 2, 3])
+    ]
+    judge.align(cases)
+    other = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert dict(other.memory.calibration.mapping) == {3: 2}
+    assert other.invoke({"inputs": "new", "outputs": "new"})["score"] == 2
+    judge.unalign(["c0"])  # another process's view catches up: 2 against 1 is not enough
+    other.memory.max_staleness = 0.0
+    assert other.invoke({"inputs": "new", "outputs": "new"})["score"] == 3
+    assert [p.feedback_id for p in other.memory.calibration.pairs] == ["c1", "c2", "c3"]
+    judge.close()
+    other.close()
