@@ -5,7 +5,8 @@
         ours=results/quality_prometheus_nofloor.json:ours@10 \\
         mlflow=results/quality_prometheus.json:mlflow@10
 
-Each point is NAME=FILE:ENTRY, taken from every seed the file has (seeds pooled; the quality
+Each point is NAME=FILE:ENTRY (or ENTRY/uncalibrated: the same judgments with the judge's
+own scores where score calibration replaced them), taken from every seed the file has (seeds pooled; the quality
 benchmark's test set is the same for every seed); points given the same NAME pool their seeds
 (one seed a file, e.g. a second seed run with another --tag). FILE may also be a result of
 `scale_wording.py` or of `judge_options.py`, ENTRY one of its variants (one seed; the same
@@ -53,8 +54,15 @@ def load(spec: str) -> tuple[str, str, dict[str, Any], list[tuple[int, dict[str,
         }}  # fmt: skip
         result = {**result, "ordinal": ordinal, "run_info": result.get("run", {})}
         return name, file, result, [(int(result.get("seed", 0)), entry)]
+    # ENTRY/uncalibrated: the same judgments with the judge's own scores where score
+    # calibration replaced them (quality.py records them; none replaced: the same test).
+    key, _, view = key.partition("/")
+    if view not in ("", "uncalibrated"):
+        raise SystemExit(f"{spec}: unknown view {view!r} (only 'uncalibrated')")
     points = [(int(s), sd["entries"][key]) for s, sd in sorted(result["seeds"].items())
               if "test" in sd["entries"].get(key, {})]  # fmt: skip
+    if view:
+        points = [(s, {**e, "test": e["test"].get("uncalibrated", e["test"])}) for s, e in points]
     if not points:
         raise SystemExit(f"{spec}: no judged entry {key!r} in {file}")
     return name, file, result, points

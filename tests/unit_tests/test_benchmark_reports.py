@@ -145,3 +145,20 @@ def test_curves_refuses_a_point_without_a_stage(
         _standing(tmp_path, monkeypatch,
                   ["set", f"ours@0={other}:unaligned@0", f"ours={other}:unaligned@0"],
                   script=curves)  # fmt: skip
+
+
+def test_paired_reads_the_uncalibrated_scores_of_the_same_judgments(tmp_path: Path) -> None:
+    path = _result(tmp_path / "ours.json", "ours@50", {0: [(2, 2), (2, 2), (4, 4)]}, numeric=True)
+    result = json.loads(path.read_text())
+    test = result["seeds"]["0"]["entries"]["ours@50"]["test"]
+    test["uncalibrated"] = {**test, "predictions": [
+        {"id": "c0", "human": 2, "judge": 3}, {"id": "c1", "human": 2, "judge": 3},
+        {"id": "c2", "human": 4, "judge": 4},
+    ]}  # fmt: skip
+    path.write_text(json.dumps(result))
+    _, _, _, points = paired.load(f"raw={path}:ours@50/uncalibrated")
+    assert [p["judge"] for p in points[0][1]["test"]["predictions"]] == [3, 3, 4]
+    _, _, _, points = paired.load(f"ours={path}:ours@50")
+    assert [p["judge"] for p in points[0][1]["test"]["predictions"]] == [2, 2, 4]
+    with pytest.raises(SystemExit, match="unknown view 'raw'"):
+        paired.load(f"x={path}:ours@50/raw")
