@@ -273,7 +273,7 @@ class JudgeNodes:
             "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
             **verdict.metadata,
         }
-        score = verdict.score
+        score, comment = verdict.score, verdict.rationale
         # Calibrated only without a past case in the prompt: the pairs were graded so,
         # and a near duplicate's score (often the case's own) is not the judge's habit.
         if self.memory.config.calibrate_scores and not state.get("episodes"):
@@ -281,6 +281,13 @@ class JudgeNodes:
             score, evidence = view.calibration.apply(score)
             if evidence is not None:
                 metadata["calibration"] = evidence
+                # The rationale argues for the model's score: say why the score differs.
+                n = evidence["expert_scores"].get(str(score), 0)
+                comment = (
+                    f"{comment} (Calibrated from {verdict.score}: the experts gave {score} to "
+                    f"{n} of the {evidence['seen_cases']} seen cases this judge scored "
+                    f"{verdict.score}.)"
+                ).strip()
         # Reported whether or not the model resisted: a graded output that talks to
         # its grader is worth a human look either way.
         addressed = grader_directed(self._case(state))
@@ -290,7 +297,7 @@ class JudgeNodes:
             "result": {
                 "key": self.memory.config.name,
                 "score": score,
-                "comment": verdict.rationale,
+                "comment": comment,
                 "metadata": metadata,
             }
         }

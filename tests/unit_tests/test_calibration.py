@@ -259,3 +259,27 @@ def test_calibrate_refuses_unknown_ids_and_scales_it_does_not_calibrate(
         numeric(calibrate_scores=False).calibrate()
     with pytest.raises(ValueError, match="up to 11 values, not a pass/fail scale"):
         make_judge().calibrate()
+
+
+def test_the_comment_says_why_the_score_differs(numeric: Any) -> None:
+    judge = numeric()
+    judge.align(items(2, 2, 2, 3))
+    result = judge.invoke({"inputs": "new", "outputs": "new"})
+    assert result["comment"] == (
+        "Fine. (Calibrated from 3: the experts gave 2 to 3 of the 4 seen cases this judge "
+        "scored 3.)"
+    )
+
+
+def test_a_judgment_that_shows_a_past_case_is_not_calibrated(make_judge: Any, model: Any) -> None:
+    model.responder = always(3)
+    judge = make_judge(scale=(1, 5), k=3, reuse_expert_verdicts=False)
+    judge.align(items(2, 2, 2, 3))  # every grading showed past cases: no pair kept
+    mem = judge.memory
+    with mem.store.transaction():
+        mem.put_calibration(ScoreCalibration.fit(pairs(("c0", 3, 2), ("c1", 3, 2), ("c2", 3, 2))))
+    mem.refresh_guidelines()
+    assert dict(mem.calibration.mapping) == {3: 2}
+    result = judge.invoke({"inputs": "question 1", "outputs": "answer 9"})
+    assert result["metadata"]["episode_ids"] and result["score"] == 3
+    assert "calibration" not in result["metadata"]
