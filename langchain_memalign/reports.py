@@ -94,7 +94,9 @@ class CalibrationReport(BaseModel):
         default_factory=dict,
         description="Judge score -> the score judgments give instead, after the step.",
     )
-    errors: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(
+        default_factory=list, description="Gradings that failed (their cases keep no pair)."
+    )
     usage: Usage = Field(
         default_factory=Usage, description="What the gradings cost (part of an align's usage)."
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from langchain_memalign import AlignReport, Usage
-from langchain_memalign.reports import GuidelineCheck, RejectedGuideline
+from langchain_memalign.reports import CalibrationReport, GuidelineCheck, RejectedGuideline
 
 
 def test_merge_adds_up_and_keeps_only_what_still_fails() -> None:
@@ -56,3 +56,27 @@ def test_merge_keeps_every_call_s_rejections_and_checks_in_order() -> None:
         ("g1", "kept"),
         ("g2", "dropped"),
     ]
+
+
+def test_merge_adds_up_calibration_steps_and_keeps_the_last_remapping() -> None:
+    first = AlignReport(
+        calibration=CalibrationReport(
+            graded=["a", "b"], past_case_shown=["c"], pairs=2, mapping={},
+            usage=Usage(llm_calls=3),
+        )
+    )  # fmt: skip
+    skipped = AlignReport()  # e.g. a call with nothing new to grade
+    last = AlignReport(
+        calibration=CalibrationReport(
+            graded=["c", "d"], over_budget=["e"], pairs=4, mapping={"3": 4},
+            errors=["calibration could not grade seen cases ['f']"], usage=Usage(llm_calls=3),
+        )
+    )  # fmt: skip
+    merged = AlignReport.merge([first, skipped, last]).calibration
+    assert merged is not None
+    assert merged.graded == ["a", "b", "c", "d"]
+    assert merged.past_case_shown == []  # "c" was graded later
+    assert merged.over_budget == ["e"]
+    assert (merged.pairs, merged.mapping) == (4, {"3": 4})
+    assert merged.usage.llm_calls == 6 and len(merged.errors) == 1
+    assert AlignReport.merge([skipped]).calibration is None
