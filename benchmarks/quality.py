@@ -398,8 +398,9 @@ class Bench:
         # Score calibration replaces some scores; the judge's own ones, from the same
         # judgments, are the ablation without it (no second run, no run-to-run noise).
         raw = [uncalibrated(r) for r in recorder.results]
-        if any(r is not x for r, x in zip(raw, recorder.results, strict=True)):
-            out["calibrated"] = sum(r is not x for r, x in zip(raw, recorder.results, strict=True))
+        changed = sum(r is not x for r, x in zip(raw, recorder.results, strict=True))
+        if changed:
+            out["calibrated"] = changed
             out["uncalibrated"] = metrics(
                 agreement_report(cases, raw, spec.scale, ordinal=spec.ordinal, usage=rep.usage,
                                  seconds=rep.seconds)

@@ -62,7 +62,7 @@ class ScoreCalibrator:
         outcomes = RunnableLambda(one).batch(graded, config, return_exceptions=True)
         usage = Usage()
         pairs: list[CalibrationPair] = []
-        shown: list[str] = []
+        past_case_shown: list[str] = []
         failed: list[str] = []
         for fb, out in zip(graded, outcomes, strict=True):
             if isinstance(out, BaseException):
@@ -72,7 +72,7 @@ class ScoreCalibrator:
             pair, u = out
             usage = usage + u
             if pair is None:
-                shown.append(fb.id)
+                past_case_shown.append(fb.id)
             else:
                 pairs.append(pair)
         # Every case of this align loses its old pair (it may have changed); those not
@@ -84,7 +84,7 @@ class ScoreCalibrator:
         mem.refresh_guidelines()
         return CalibrationReport(
             graded=[p.feedback_id for p in pairs],
-            past_case_shown=shown,
+            past_case_shown=past_case_shown,
             over_budget=[fb.id for fb in cases[len(graded) :]],
             pairs=len(calibration.pairs),
             mapping={str(k): v for k, v in sorted(calibration.mapping.items())},

@@ -65,6 +65,9 @@ class ScoreCalibration:
 
     pairs: tuple[CalibrationPair, ...] = ()
     mapping: Mapping[int, int] = field(default_factory=dict)
+    # The experts' scores behind each remapped judge score, counted once by `fit` so that
+    # a judgment does not count the pairs again.
+    support: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
 
     @classmethod
     def fit(cls, pairs: Iterable[CalibrationPair]) -> ScoreCalibration:
@@ -74,6 +77,7 @@ class ScoreCalibration:
         for p in pairs:
             by_judge.setdefault(p.judge, Counter())[p.expert] += 1
         mapping: dict[int, int] = {}
+        support: dict[int, dict[int, int]] = {}
         for judged, experts in by_judge.items():
             if sum(experts.values()) < MIN_SUPPORT:
                 continue
@@ -81,17 +85,18 @@ class ScoreCalibration:
             best = max(experts, key=lambda s: (experts[s], -abs(s - judged)))
             if best != judged and experts[best] - experts[judged] >= MARGIN:
                 mapping[judged] = best
-        return cls(pairs, mapping)
+                support[judged] = dict(sorted(experts.items()))
+        return cls(pairs, mapping, support)
 
     def apply(self, score: Any) -> tuple[Any, dict[str, Any] | None]:
         """The calibrated score, and what it rests on (None when the score stays)."""
         if isinstance(score, bool) or not isinstance(score, int) or score not in self.mapping:
             return score, None
-        experts = Counter(p.expert for p in self.pairs if p.judge == score)
+        experts = self.support[score]
         evidence = {
             "judge_score": score,
             "seen_cases": sum(experts.values()),
-            "expert_scores": {str(s): n for s, n in sorted(experts.items())},
+            "expert_scores": {str(s): n for s, n in experts.items()},
         }
         return self.mapping[score], evidence
 
