@@ -73,7 +73,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import DERIVED, FILES, DatasetSpec, dataset_spec, load_derived, load_jsonl, load_scenario
 from provenance import file_sha256, run_info
-from side_by_side import FewShotJudge, build_models, mlflow_instructions, mlflow_rows
+from side_by_side import (
+    FewShotJudge,
+    add_model_args,
+    build_models,
+    mlflow_instructions,
+    mlflow_rows,
+)
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge
@@ -872,13 +878,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tag", default="",
         help="suffix of the result file and work folder (quality_<dataset>_<tag>.json)",
     )  # fmt: skip
-    ap.add_argument("--judge-max-tokens", type=int, default=400)
-    ap.add_argument("--reflect-max-tokens", type=int, default=768)
     ap.add_argument("--max-concurrency", type=int, default=2)
-    ap.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
-    ap.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
-    ap.add_argument("--chat-model", default="local")
-    ap.add_argument("--embedding-model", default="minilm")
+    add_model_args(ap)
     ap.add_argument("--fake", action="store_true", help="offline fake models (smoke test)")
     ap.add_argument(
         "--plan",

@@ -70,6 +70,16 @@ def log(msg: str) -> None:
 # -- models ------------------------------------------------------------------------------------
 
 
+def add_model_args(ap: argparse.ArgumentParser, judge_max_tokens: int = 400) -> None:
+    """The local servers and the token caps `build_models` reads."""
+    ap.add_argument("--judge-max-tokens", type=int, default=judge_max_tokens)
+    ap.add_argument("--reflect-max-tokens", type=int, default=768)
+    ap.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
+    ap.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
+    ap.add_argument("--chat-model", default="local")
+    ap.add_argument("--embedding-model", default="minilm")
+
+
 def build_models(args: argparse.Namespace) -> tuple[BaseChatModel, BaseChatModel, OpenAIEmbeddings]:
     key = SecretStr("local")
     common: dict[str, Any] = {
@@ -468,13 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         "run at ~2.5 characters a token)",
     )  # fmt: skip
     ap.add_argument("--reflect-batch-size", type=int, default=8)
-    ap.add_argument("--judge-max-tokens", type=int, default=256)
-    ap.add_argument("--reflect-max-tokens", type=int, default=768)
     ap.add_argument("--max-concurrency", type=int, default=2)
-    ap.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
-    ap.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
-    ap.add_argument("--chat-model", default="local")
-    ap.add_argument("--embedding-model", default="minilm")
+    add_model_args(ap, judge_max_tokens=256)
     ap.add_argument("--mlflow", action="store_true", help="also run MLflow's MemAlignOptimizer")
     ap.add_argument("--mlflow-python", default=str(ROOT / ".venv-mlflow" / "bin" / "python"))
     ap.add_argument(

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import FILES, dataset_spec, load_jsonl
 from provenance import file_sha256, run_info
 from quality import metrics
-from side_by_side import build_models
+from side_by_side import add_model_args, build_models
 
 from langchain_memalign import MemAlignJudge
 from langchain_memalign.evaluation.agreement import evaluate_agreement
@@ -119,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     shared = Path(__file__).resolve().parents[2] / "shared"
     ap.add_argument("--data-dir", default=str(shared / "data"))
     ap.add_argument("--max-concurrency", type=int, default=2)
-    ap.add_argument("--judge-max-tokens", type=int, default=400)
-    ap.add_argument("--reflect-max-tokens", type=int, default=768)
-    ap.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
-    ap.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
-    ap.add_argument("--chat-model", default="local")
-    ap.add_argument("--embedding-model", default="minilm")
+    add_model_args(ap)
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
 
