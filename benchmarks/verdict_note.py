@@ -5,8 +5,11 @@ hallucinated answers faithful). No rationale says why, so reflection has no rule
 write; what the seen cases do show is the judge's error pattern. This script grades the
 training pool as the unaligned judge (the seen cases, as alignment would), counts its
 errors each way, writes one note from the counts, and judges the test set with the note
-added to the instructions. The unaligned judge's test judgments are judged again here
-(`base`) so the two are paired on the same server load.
+added to the instructions. The unaligned judge's test cases are judged again here
+(`base`) so the two are paired on the same server load. The note is written whenever the
+two error counts differ (an experiment, no threshold). Measured on halubench, two seeds:
+no effect beyond noise, so the package has no such step (docs/benchmarks.md, sixteenth
+session).
 
     python benchmarks/verdict_note.py benchmarks/results/quality/quality_halubench.json \
         --seeds 0,1 --out benchmarks/results/quality/verdict_note_halubench.json
