@@ -74,8 +74,11 @@ def run_seed(
     out.setdefault("run_info", []).append(
         run_info(models=models, data={path.name: file_sha256(path)}) | {"argv": sys.argv}
     )
-    seeds = out.setdefault("seeds", {})
-    res = seeds.setdefault(str(seed), {})
+    # Laid out as quality.py's result files, so that paired.py and standing.py read
+    # `FILE:base` and `FILE:note` as systems.
+    out.update(dataset=name, scale={"kind": spec.scale.kind}, ordinal=spec.ordinal)
+    res = out.setdefault("seeds", {}).setdefault(str(seed), {})
+    entries = res.setdefault("entries", {})
 
     def judge_with(instructions: str) -> MemAlignJudge:
         return MemAlignJudge(name=spec.name, instructions=instructions, model=judge_llm,
@@ -104,11 +107,11 @@ def run_seed(
     print(f"seed {seed} seen {res['seen']}\nnote: {note}", file=sys.stderr, flush=True)
     with_note = f"{spec.instructions}\n\n{note}" if note else None
     for variant, instructions in (("base", spec.instructions), ("note", with_note)):
-        if variant in res or instructions is None:
+        if variant in entries or instructions is None:
             continue
         started = time.perf_counter()
         m = metrics(evaluate_agreement(judge_with(instructions), test, **kw))
-        res[variant] = {"test": m, "seconds": round(time.perf_counter() - started, 1)}
+        entries[variant] = {"test": m, "seconds": round(time.perf_counter() - started, 1)}
         save()
         print(f"{variant}: acc {m['accuracy']} bal {m['balanced_accuracy']} "
               f"per label {m['accuracy_per_label']}", file=sys.stderr, flush=True)  # fmt: skip
