@@ -22,6 +22,7 @@ __all__ = [
     "FILES",
     "DatasetSpec",
     "dataset_spec",
+    "load_as_run",
     "load_derived",
     "load_jsonl",
     "load_scenario",
@@ -72,6 +73,18 @@ def load_derived(
             meta[ANNOTATOR_LABELS_KEY] = [v in FEEDBACKQA_PASS for v in meta[ANNOTATOR_LABELS_KEY]]
         out.append(fb.model_copy(update={"value": fb.value in FEEDBACKQA_PASS, "metadata": meta}))
     return spec, out, path
+
+
+def load_as_run(
+    result: dict[str, Any], data_dir: str | Path
+) -> tuple[Path, DatasetSpec, dict[str, Feedback]]:
+    """A shared data set's file, spec and cases by id, cut as the quality run that wrote
+    `result` cut them (its `protocol`), so that its split's ids find the same cases."""
+    name, protocol = result["dataset"], result["protocol"]
+    path = Path(data_dir) / FILES[name]
+    rows = load_jsonl(path, max_case_chars=protocol["max_case_chars"],
+                      max_field_chars=protocol["max_field_chars"])  # fmt: skip
+    return path, dataset_spec(name), {fb.id: fb for fb in rows}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

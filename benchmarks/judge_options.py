@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import FILES, dataset_spec, load_jsonl, load_scenario
+from _data import FILES, load_as_run, load_scenario
 from provenance import file_sha256, run_info
 from quality import metrics, seen_sample
 from side_by_side import add_model_args, build_models
@@ -80,17 +80,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # The same cases, cut the same way as the run that aligned the memory.
     if name in FILES:
-        path = Path(a.data_dir) / FILES[name]
-        rows = load_jsonl(path, max_case_chars=protocol["max_case_chars"],
-                          max_field_chars=protocol["max_field_chars"])  # fmt: skip
+        path, spec, by_id = load_as_run(source, a.data_dir)
         sums = {path.name: file_sha256(path)}
-        spec = dataset_spec(name)
     else:
         folder = Path(a.scenario_dir) / name
         spec, train, test_rows = load_scenario(folder)
-        rows = [*train, *test_rows]
+        by_id = {fb.id: fb for fb in [*train, *test_rows]}
         sums = {f"{name}/{f.name}": file_sha256(f) for f in sorted(folder.glob("*.jsonl"))}
-    by_id = {fb.id: fb for fb in rows}
     test = [by_id[i] for i in split["test_ids"]]
     # The seen cases quality.py judged (--max-seen: the same spread sample).
     seen = seen_sample([by_id[i] for i in split["train_ids"][: a.stage]], a.max_seen)

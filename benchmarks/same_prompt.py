@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import FILES, dataset_spec, load_jsonl
+from _data import load_as_run
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_openai import ChatOpenAI
 from provenance import file_sha256, run_info
@@ -69,12 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     source = json.loads(a.result.read_text())
-    name, protocol = source["dataset"], source["protocol"]
-    path = Path(a.data_dir) / FILES[name]
-    rows = load_jsonl(path, max_case_chars=protocol["max_case_chars"],
-                      max_field_chars=protocol["max_field_chars"])  # fmt: skip
-    by_id = {fb.id: fb for fb in rows}
-    spec = dataset_spec(name)
+    path, spec, by_id = load_as_run(source, a.data_dir)
     # Port 9 (discard): nothing listens, so each call fails at once after its callback.
     refusing = ChatOpenAI(model="local", base_url="http://127.0.0.1:9/v1", api_key="none",
                           max_retries=0, timeout=2)  # fmt: skip

@@ -22,12 +22,13 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import FILES, dataset_spec, load_jsonl
+from _data import load_as_run
 from provenance import file_sha256, run_info
 from quality import metrics
 from side_by_side import add_model_args, build_models
@@ -58,26 +59,12 @@ def note_from(counts: Counter[tuple[Any, Any]], n: int) -> str | None:
 
 
 def run_seed(
-    a: argparse.Namespace, source: dict[str, Any], seed: int, out: dict[str, Any],
-    models: dict[str, str], judge_llm: Any, emb: Any,
+    a: argparse.Namespace, split: dict[str, Any], spec: Any, by_id: dict[str, Any],
+    res: dict[str, Any], save: Callable[[], None], judge_llm: Any, emb: Any,
 ) -> None:  # fmt: skip
     """Grade the seed's training pool, write the note, judge its test set with and without."""
-    name, protocol = source["dataset"], source["protocol"]
-    split = source["seeds"][str(seed)]["split"]
-    path = Path(a.data_dir) / FILES[name]
-    rows = load_jsonl(path, max_case_chars=protocol["max_case_chars"],
-                      max_field_chars=protocol["max_field_chars"])  # fmt: skip
-    spec = dataset_spec(name)
-    by_id = {fb.id: fb for fb in rows}
     seen = [by_id[i] for i in split["train_ids"][: a.n_seen]]
     test = [by_id[i] for i in split["test_ids"]]
-    out.setdefault("run_info", []).append(
-        run_info(models=models, data={path.name: file_sha256(path)}) | {"argv": sys.argv}
-    )
-    # Laid out as quality.py's result files, so that paired.py and standing.py read
-    # `FILE:base` and `FILE:note` as systems.
-    out.update(dataset=name, scale={"kind": spec.scale.kind}, ordinal=spec.ordinal)
-    res = out.setdefault("seeds", {}).setdefault(str(seed), {})
     entries = res.setdefault("entries", {})
 
     def judge_with(instructions: str) -> MemAlignJudge:
@@ -85,26 +72,22 @@ def run_seed(
                              embeddings=emb, scale=spec.scale,
                              reuse_expert_verdicts=False)  # fmt: skip
 
-    def save() -> None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(out, indent=1))
-
     kw = {"scale": spec.scale, "ordinal": spec.ordinal, "max_concurrency": a.max_concurrency}
     if "seen" not in res:
         started = time.perf_counter()
         rep = evaluate_agreement(judge_with(spec.instructions), seen, **kw)
-        counts = Counter((c.judge, c.human) for c in rep.cases if c.judge is not None)
-        res["seen"] = {"n": len(seen), "accuracy": rep.accuracy,
-                       "confusion": {f"{p}->{e}": c for (p, e), c in counts.items()},
+        pairs = Counter(f"{c.judge}->{c.human}" for c in rep.cases if c.judge is not None)
+        res["seen"] = {"n": len(seen), "accuracy": rep.accuracy, "confusion": dict(pairs),
                        "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
         save()
+    # (judge, expert) counts, read back from the stored form so a resumed run agrees.
     counts: Counter[tuple[Any, Any]] = Counter()
     for key, c in res["seen"]["confusion"].items():
         p, e = key.split("->")
         counts[(p == "True", e == "True")] = c
     note = note_from(counts, res["seen"]["n"])
     res["note_text"] = note
-    print(f"seed {seed} seen {res['seen']}\nnote: {note}", file=sys.stderr, flush=True)
+    print(f"seen {res['seen']}\nnote: {note}", file=sys.stderr, flush=True)
     with_note = f"{spec.instructions}\n\n{note}" if note else None
     for variant, instructions in (("base", spec.instructions), ("note", with_note)):
         if variant in entries or instructions is None:
@@ -130,12 +113,26 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     source = json.loads(a.result.read_text())
+    path, spec, by_id = load_as_run(source, a.data_dir)
     judge_llm, _, emb = build_models(a)
     models = {"chat": f"{a.chat_model} @ {a.chat_url}",
               "embeddings": f"{a.embedding_model} @ {a.emb_url}"}  # fmt: skip
     out: dict[str, Any] = json.loads(a.out.read_text()) if a.out.exists() else {}
-    for seed in [int(x) for x in a.seeds.split(",") if x.strip()]:
-        run_seed(a, source, seed, out, models, judge_llm, emb)
+    out.setdefault("run_info", []).append(
+        run_info(models=models, data={path.name: file_sha256(path)}) | {"argv": sys.argv}
+    )
+    # Laid out as quality.py's result files, so that paired.py and standing.py read
+    # `FILE:base` and `FILE:note` as systems.
+    out.update(dataset=spec.name, scale={"kind": spec.scale.kind}, ordinal=spec.ordinal)
+
+    def save() -> None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=1))
+
+    for seed in [x.strip() for x in a.seeds.split(",") if x.strip()]:
+        res = out.setdefault("seeds", {}).setdefault(seed, {})
+        print(f"seed {seed}", file=sys.stderr, flush=True)
+        run_seed(a, source["seeds"][seed]["split"], spec, by_id, res, save, judge_llm, emb)
     return 0
 
 
