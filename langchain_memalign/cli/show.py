@@ -12,12 +12,8 @@ from langchain_memalign.cli.judge_file import EXIT_OK, CLIError
 from langchain_memalign.errors import (
     MemoryFormatError,
 )
-from langchain_memalign.memory.postgres import (
-    PostgresStore,
-    describe_location,
-    is_postgres_url,
-)
-from langchain_memalign.memory.store import MemoryStore
+from langchain_memalign.memory.backends import open_store
+from langchain_memalign.memory.location import describe_location
 
 
 def memory_summary(
@@ -30,7 +26,7 @@ def memory_summary(
         history: How many of the latest history entries to include (None: all).
         feedback: Include the stored feedback items.
     """
-    store = PostgresStore.open(str(folder)) if is_postgres_url(folder) else MemoryStore.open(folder)
+    store = open_store(folder, create=False)
     try:
         guidelines, _ = store.load_guidelines()
         entries = store.history()

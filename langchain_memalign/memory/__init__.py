@@ -1,6 +1,10 @@
 """The judge's memory: state only, no model calls.
 
-- `store`: the SQLite source of truth (config, feedback, episodes, guidelines, history);
+- `base`: the `Store` contract every storage backend implements;
+- `store`: the SQLite backend (a folder, or in process);
+- `postgres`: the PostgreSQL backend, one database shared by many processes;
+- `backends`: `open_store`, which picks the backend a location names (`location`);
+- `dump`: every row of a memory, to copy it between backends;
 - `semantic`: guidelines and their selection within a token budget;
 - `episodic`: past cases and their FAISS index;
 - `judge_memory`: both memories over one store, as the graphs read and write them.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from langchain_memalign.memory.judge_memory import Store
+    from langchain_memalign.memory.base import Store
 
 
 class IntegrationState:

@@ -1,34 +1,37 @@
-"""The memory database's schema, connection and error mapping.
+"""The SQLite memory's schema, connection and error mapping.
 
-`StoreBase` is the part of `MemoryStore` every table depends on: the SQL
-schema and the columns this version reads, the connection with its lock,
-the translation of errors from stored bytes into `MemoryFormatError`, the
-meta table (format version, memory id, version number) and the
+`StoreBase` is the part of the SQLite `MemoryStore` every table depends on:
+the SQL schema and the columns this version reads, the connection with its
+lock, the translation of errors from stored bytes into `MemoryFormatError`,
+the meta table (format version, memory id, version number) and the
 transactions that give each commit a new version and keep the before-images
 older readers need. The module also holds the file names of a memory
-folder, the cleanup of leftovers of interrupted writes, the JSON encoding of
-feedback and the small helpers (vectors as bytes, chunked id lists).
+folder, the cleanup of leftovers of interrupted writes and the small
+helpers (chunked id lists). How values are encoded is in `_codec`, the same
+for both backends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from langchain_memalign.errors import MemoryFormatError
 
-from langchain_memalign import limits
-from langchain_memalign.errors import InvalidFeedbackError, MemoryFormatError
-from langchain_memalign.feedback import Feedback, storable_problem
+# Re-exported: code outside this package imports them from here.
+from langchain_memalign.memory._codec import _now as _now
+from langchain_memalign.memory._codec import encode_feedback as encode_feedback
+from langchain_memalign.memory.base import Store
+from langchain_memalign.memory.location import is_postgres_url
 
 SCHEMA_VERSION = 1
 DB_FILE = "memory.sqlite"
@@ -93,35 +96,6 @@ CREATE TABLE IF NOT EXISTS history (
 """
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _vec_blob(v: np.ndarray) -> bytes:
-    return np.asarray(v, dtype=np.float32).tobytes()
-
-
-def encode_feedback(fb: Feedback) -> str:
-    """The JSON stored for a feedback item; `InvalidFeedbackError` if it cannot round-trip.
-
-    JSON has no NaN or Infinity (pydantic would write them as `null`, silently
-    changing the feedback) and SQLite stores text as UTF-8 (a lone surrogate
-    cannot be encoded), so both are refused here, before anything is written.
-    """
-    limits.check_feedback(fb)  # LimitExceededError: nothing is written
-    try:
-        problem = storable_problem(fb.model_dump())
-        if problem:
-            raise ValueError(problem)
-        text = json.dumps(fb.model_dump(mode="json"), ensure_ascii=False, allow_nan=False)
-        text.encode("utf-8")
-    except (ValueError, TypeError, UnicodeError, RecursionError) as e:
-        raise InvalidFeedbackError(
-            f"feedback {fb.id!r} cannot be stored: {type(e).__name__}: {e}", feedback_id=fb.id
-        ) from e
-    return text
-
-
 def remove_leftovers(folder: Path) -> list[str]:
     """Delete the temporary files (or folders) of atomic writes that a crash left behind.
 
@@ -145,13 +119,15 @@ def remove_leftovers(folder: Path) -> list[str]:
     return removed
 
 
-class StoreBase:
-    """Connection, lock, error mapping, meta table and transactions of a memory database."""
+class StoreBase(Store):
+    """Connection, lock, error mapping, meta table and transactions of a SQLite memory."""
 
     def __init__(self, conn: sqlite3.Connection, folder: Path | None) -> None:
         self._conn = conn
         self.folder = folder
+        # One connection for every thread: held while SQL runs, and through a transaction.
         self.lock = threading.RLock()
+        self._closed = False
         # rowid -> payload before the running transaction changed it.
         self._tx_before: dict[int, str] | None = None
         # (change_seq, {rowid: payload before that commit}) for recent commits, oldest first.
@@ -171,10 +147,32 @@ class StoreBase:
     def _where(self) -> str:
         return str(self.folder) if self.folder is not None else "in-process memory"
 
+    def is_at(self, location: object) -> bool:
+        """Whether `location` is this memory's folder (an in-process memory is nowhere)."""
+        if self.folder is None or not isinstance(location, str | os.PathLike):
+            return False
+        return not is_postgres_url(location) and Path(location).resolve() == self.folder.resolve()
+
     def close(self) -> None:
         """Close the database connection."""
         with self.lock:
             self._conn.close()
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        """Reads in this block see one committed version of the memory.
+
+        Every write of this process holds the store lock until it commits or
+        rolls back, so holding it here keeps commits out of the block.
+        """
+        with self.lock:
+            yield
 
     @contextmanager
     def _reading(self, what: str) -> Iterator[None]:
@@ -219,19 +217,6 @@ class StoreBase:
         if type(seq) is not int or seq < 0:
             raise MemoryFormatError(f"{self._where()}: meta.change_seq is {seq!r}, not a count")
         return seq
-
-    def identity(self) -> dict[str, Any]:
-        """What the stored content is: memory id, version number and version token.
-
-        The token is random per commit, so two copies of one memory that
-        diverge never share an identity even at the same version number.
-        """
-        with self.lock:
-            return {
-                "memory_id": self.get_meta("memory_id"),
-                "change_seq": self.change_seq(),
-                "content_version": self.get_meta("content_version"),
-            }
 
     # -- transactions ------------------------------------------------------------
 
@@ -380,12 +365,6 @@ class StoreBase:
         """
         with self.lock:
             self._versions = [(seq, before) for seq, before in self._versions if seq > up_to]
-
-
-def _vector(blob: Any) -> np.ndarray:
-    if not isinstance(blob, bytes) or not blob or len(blob) % 4:
-        raise ValueError(f"a stored vector is not float32 bytes ({type(blob).__name__})")
-    return np.frombuffer(blob, dtype=np.float32).copy()
 
 
 def _connect(db: Path) -> sqlite3.Connection:

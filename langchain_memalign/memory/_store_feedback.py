@@ -16,24 +16,14 @@ from typing import Any
 import numpy as np
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.memory._store_base import (
-    StoreBase,
-    _chunks,
-    _now,
-    _vec_blob,
-    _vector,
-    encode_feedback,
-)
+from langchain_memalign.memory._codec import _now, _vec_blob, _vector, encode_feedback
+from langchain_memalign.memory._store_base import StoreBase, _chunks
 
 
 class FeedbackTables(StoreBase):
     """Feedback and episode rows of a memory database."""
 
     # -- feedback ----------------------------------------------------------------
-
-    def _decode(self, payload: Any) -> Feedback:
-        with self._reading("a feedback payload"):
-            return Feedback.model_validate_json(payload)
 
     def feedback_state(self, ids: Iterable[str]) -> dict[str, tuple[str, bool]]:
         """Map stored ids among `ids` to (content hash, reflected)."""
@@ -85,9 +75,8 @@ class FeedbackTables(StoreBase):
                 )
             ]
 
-    def count(self, table: str) -> int:
-        """Row count of a table."""
-        assert table in {"feedback", "episodes", "guidelines", "history"}
+    def _count(self, table: str) -> int:
+        """Row count of a table of `COUNTED_TABLES`."""
         with self.lock, self._reading(table):
             return int(self._conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
 
@@ -103,8 +92,7 @@ class FeedbackTables(StoreBase):
             (fb.id, payload, fb.content_hash(), int(reflected), _now()),
         )
 
-    @staticmethod
-    def set_reflected(conn: sqlite3.Connection, ids: Iterable[str], reflected: bool) -> None:
+    def set_reflected(self, conn: sqlite3.Connection, ids: Iterable[str], reflected: bool) -> None:
         """Mark feedback as distilled (or pending distillation)."""
         conn.executemany(
             "UPDATE feedback SET reflected=? WHERE id=?", [(int(reflected), i) for i in ids]

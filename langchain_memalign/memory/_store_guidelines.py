@@ -11,41 +11,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from langchain_memalign import limits
-from langchain_memalign.memory._store_base import StoreBase, _now, _vec_blob, _vector
+from langchain_memalign.memory._codec import _now, _vec_blob, guidelines_from_rows
+from langchain_memalign.memory._store_base import StoreBase
 from langchain_memalign.memory.semantic import Guideline
-
-
-def guidelines_from_rows(
-    rows: Iterable[tuple[Any, ...]], sources: Iterable[tuple[str, str]]
-) -> tuple[list[Guideline], np.ndarray | None]:
-    """Guidelines from `(id, text, vector, created_at)` rows and `(guideline, feedback)` pairs.
-
-    The stored form is the same in the folder and the database backend, so both
-    read it here. Vectors come back only if every guideline has one.
-    """
-    rows = list(rows)
-    src: dict[str, list[str]] = {}
-    for gid, fid in sources:
-        src.setdefault(gid, []).append(fid)
-    guidelines = [
-        Guideline(
-            id=gid, text=text, source_ids=tuple(src.get(gid, ())),
-            created_at=datetime.fromisoformat(created),
-        )
-        for gid, text, _, created in rows
-    ]  # fmt: skip
-    if rows and all(r[2] is not None for r in rows):
-        vectors = [_vector(bytes(r[2])) for r in rows]  # bytes(): PostgreSQL gives memoryview
-        if len({v.shape[0] for v in vectors}) != 1:
-            raise ValueError("guideline vectors of different dimensions")
-        return guidelines, np.stack(vectors)
-    return guidelines, None
 
 
 class GuidelineTables(StoreBase):
@@ -64,9 +37,8 @@ class GuidelineTables(StoreBase):
             ).fetchall()
             return guidelines_from_rows(rows, sources)
 
-    @staticmethod
     def put_guideline(
-        conn: sqlite3.Connection, g: Guideline, vector: np.ndarray | None, position: int
+        self, conn: sqlite3.Connection, g: Guideline, vector: np.ndarray | None, position: int
     ) -> None:
         """Insert or replace a guideline with its provenance.
 
@@ -87,8 +59,7 @@ class GuidelineTables(StoreBase):
             [(g.id, s) for s in g.source_ids],
         )
 
-    @staticmethod
-    def delete_guidelines(conn: sqlite3.Connection, ids: Iterable[str]) -> None:
+    def delete_guidelines(self, conn: sqlite3.Connection, ids: Iterable[str]) -> None:
         """Delete guidelines and their provenance."""
         conn.executemany("DELETE FROM guidelines WHERE id=?", [(i,) for i in ids])
 
@@ -102,8 +73,8 @@ class GuidelineTables(StoreBase):
 
     # -- history -----------------------------------------------------------------
 
-    @staticmethod
     def log(
+        self,
         conn: sqlite3.Connection,
         action: str,
         feedback_ids: Iterable[str],

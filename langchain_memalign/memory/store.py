@@ -10,11 +10,13 @@ Everything read back from a file is treated as untrusted: a damaged or
 foreign database raises `MemoryFormatError` naming the problem, never a raw
 `sqlite3`, JSON or pydantic error.
 
-This module holds `MemoryStore` itself: opening, creating and checking a
-memory file, and writing atomic snapshots of it. Its tables are read and
-written by the classes it combines, in `_store_base` (schema, connection,
-error mapping, meta and transactions), `_store_feedback` (feedback and
-episodes) and `_store_guidelines` (guidelines and history).
+This module holds `MemoryStore` itself, the SQLite backend of the `Store`
+contract (`base`): opening, creating and checking a memory file, writing
+atomic snapshots of it and copying it to and from other backends. Its
+tables are read and written by the classes it combines, in `_store_base`
+(schema, connection, error mapping, meta and transactions),
+`_store_feedback` (feedback and episodes) and `_store_guidelines`
+(guidelines and history).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from langchain_memalign.memory._store_base import (
 )
 from langchain_memalign.memory._store_feedback import FeedbackTables
 from langchain_memalign.memory._store_guidelines import GuidelineTables
+from langchain_memalign.memory.dump import MemoryDump, dump_sqlite, insert_rows
 
 __all__ = [
     "DB_FILE",
@@ -131,6 +134,32 @@ class MemoryStore(FeedbackTables, GuidelineTables):
                 f"{self.folder}: memory format version {version!r} is not supported "
                 f"(this version reads {SCHEMA_VERSION})"
             )
+
+    # -- copies ---------------------------------------------------------------------
+
+    def dump(self) -> MemoryDump:
+        """Every row of this memory, read at one version."""
+        with self.consistent(), self._reading("the memory"):
+            return dump_sqlite(self._conn)
+
+    def replace_with(self, d: MemoryDump) -> None:
+        """Make this memory a copy of `d`, in one transaction (one new version).
+
+        The format version and the version number stay this memory's; the
+        memory id comes from `d` when it has one. Episode ids and history
+        numbers are kept as `d` has them.
+        """
+        own = ("schema_version", "change_seq", "content_version", "memory_id")
+        with self.transaction() as conn:
+            # Every episode (row ids start at 1): readers of older versions keep them.
+            self._remember(conn, "e.rowid > ?", [0])
+            for table in ("guidelines", "feedback", "history"):  # cascades to the others
+                conn.execute(f"DELETE FROM {table}")
+            conn.execute(f"DELETE FROM meta WHERE key NOT IN ({','.join('?' * len(own))})", own)
+            meta = {k: v for k, v in d.meta.items() if k not in own}
+            if d.meta.get("memory_id"):
+                meta["memory_id"] = d.meta["memory_id"]
+            insert_rows(conn, d, meta)
 
     # -- snapshots -----------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
+from pg_server import TempPostgres, find_bindir
 
 from langchain_memalign import Feedback, MemAlignJudge
 
@@ -19,6 +21,19 @@ INSTRUCTIONS = "Is the support reply helpful?\nUser: {inputs}\nReply: {outputs}"
 def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_API_KEY"):
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[TempPostgres]:
+    """A PostgreSQL server for the whole session (skips where no server binaries exist)."""
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (apt-get install postgresql)")
+    server = TempPostgres(bindir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

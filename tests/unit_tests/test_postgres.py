@@ -1,8 +1,10 @@
 """A judge's memory on a real PostgreSQL server the tests start themselves.
 
-The server (Debian's `postgresql` binaries, see `tests/pg_server.py`) runs in
-a temporary directory for the whole test session; each test uses its own
-judge name or its own database, so tests do not see each other's rows.
+The server (Debian's `postgresql` binaries, see `tests/pg_server.py`; the
+`pg_server` fixture of conftest.py) runs in a temporary directory for the
+whole test session; each test uses its own judge name or its own database,
+so tests do not see each other's rows. What every store must do is tested
+on this backend too, by tests/unit_tests/memory/test_store_contract.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not insta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pg_worker  # noqa: E402
-from pg_server import TempPostgres, find_bindir  # noqa: E402
+from pg_server import TempPostgres  # noqa: E402
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
 SWEATER_CASE = {"inputs": SWEATER.inputs, "outputs": "Colors vary."}
@@ -41,18 +42,6 @@ TABLES = [
     "memalign_meta", "memalign_feedback", "memalign_episodes", "memalign_removed_episodes",
     "memalign_guidelines", "memalign_guideline_sources", "memalign_history",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[TempPostgres]:
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (apt-get install postgresql)")
-    server = TempPostgres(bindir).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,315 @@
+"""The PostgreSQL memory's connections, transactions, locks and meta table.
+
+`PostgresBase` is the part of `PostgresStore` every table depends on: the
+connection pool (and the errors of a server that cannot be reached or that
+refuses the URL), the connection a thread's transaction or consistent read
+is pinned to, the translation of errors from stored values into
+`MemoryFormatError`, the transactions that give each commit a new version,
+the writers' advisory lock and the meta values (some kept in the judge row).
+
+psycopg 3 and psycopg_pool are an optional extra, imported when a store is
+opened: a `postgresql://` URL without them raises `MemoryFormatError`
+naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from langchain_memalign.errors import MemoryFormatError, MemoryUnavailableError
+from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
+from langchain_memalign.memory._store_base import SCHEMA_VERSION
+from langchain_memalign.memory.base import Store
+from langchain_memalign.memory.location import PostgresTarget, is_postgres_url
+
+INSTALL_HINT = "pip install 'langchain-memalign[postgres]'"
+
+
+def _psycopg() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as e:
+        raise MemoryFormatError(
+            f"a postgresql:// memory needs psycopg 3 and psycopg_pool: {INSTALL_HINT} ({e})"
+        ) from e
+    return psycopg, psycopg_pool
+
+
+def _connect_error(psycopg: Any, target: PostgresTarget) -> BaseException | None:
+    """The error of one direct connection attempt (None if it connects)."""
+    try:
+        # libpq's connect_timeout is whole seconds, at least 2.
+        timeout = max(2, min(10, int(target.open_timeout)))
+        psycopg.connect(target.conninfo, connect_timeout=timeout).close()
+    except psycopg.Error as e:
+        error: BaseException = e
+        return error
+    return None
+
+
+def _refused_by_server(error: BaseException | None) -> bool:
+    """Whether a failed connection attempt reached a server that refused this URL.
+
+    psycopg gives no SQLSTATE for errors while connecting, only libpq's text: a
+    server that answered writes "FATAL:" (no such database, authentication
+    failed), except while it starts up or shuts down ("the database system is
+    ..."), which is the server being unavailable, as a refused or timed-out
+    socket is.
+    """
+    text = str(error or "")
+    return "FATAL:" in text and "the database system is" not in text
+
+
+class PostgresBase(Store):
+    """Connections, transactions, locks and meta values of one judge's memory in PostgreSQL."""
+
+    # Other processes and machines write the same judge.
+    shared = True
+
+    def __init__(self, target: PostgresTarget) -> None:
+        psycopg, psycopg_pool = _psycopg()
+        self._psycopg = psycopg
+        self.target = target
+        self.judge = target.judge
+        self.staleness = target.staleness
+        self._local = threading.local()
+        try:
+            self._pool = psycopg_pool.ConnectionPool(
+                target.conninfo,
+                min_size=1,
+                max_size=target.pool_size,
+                kwargs={"autocommit": True},
+                open=False,
+                name=f"memalign-{target.judge}",
+            )
+            self._pool.open(wait=True, timeout=target.open_timeout)
+        except psycopg_pool.PoolTimeout as e:
+            self._pool.close()
+            # The pool only logs why its connections failed: one direct attempt tells
+            # a server that refuses this URL (no such database, authentication) from
+            # one that cannot be reached.
+            why = _connect_error(psycopg, target)
+            if _refused_by_server(why):
+                raise MemoryFormatError(
+                    f"{target.describe()}: cannot connect to PostgreSQL ({why})"
+                ) from e
+            raise MemoryUnavailableError(
+                f"{target.describe()}: cannot reach PostgreSQL within {target.open_timeout:g} s "
+                f"(open_timeout) ({str(why).strip() if why else e})"
+            ) from e
+        except Exception as e:
+            raise MemoryFormatError(
+                f"{target.describe()}: cannot connect to PostgreSQL ({type(e).__name__}: {e})"
+            ) from e
+
+    def _where(self) -> str:
+        return self.target.describe()
+
+    def is_at(self, location: object) -> bool:
+        """Whether `location` is a URL naming this database and judge."""
+        if not is_postgres_url(location):
+            return False
+        target = PostgresTarget.parse(str(location))
+        return (target.conninfo, target.judge) == (self.target.conninfo, self.judge)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return bool(self._pool.closed)
+
+    # -- connections -----------------------------------------------------------------
+
+    @contextmanager
+    def _pooled(self) -> Iterator[Any]:
+        """A connection from the pool; a lost server becomes `MemoryUnavailableError`.
+
+        Only connection failures are translated (no SQLSTATE: the client lost the
+        socket or the pool timed out; class 08: connection exception; 57P: the
+        server shut down or ended the session). Errors of the SQL itself keep
+        their own handling.
+        """
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except self._psycopg.OperationalError as e:
+            state = getattr(e, "sqlstate", None)
+            if state is not None and not state.startswith(("08", "57P")):
+                raise
+            raise MemoryUnavailableError(
+                f"{self._where()}: lost the connection to PostgreSQL "
+                f"({type(e).__name__}: {str(e).strip()}); nothing of the failed call "
+                "was committed, and the next call reconnects"
+            ) from e
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """The connection of this thread's running transaction, else one from the pool."""
+        pinned = getattr(self._local, "conn", None)
+        if pinned is not None:
+            yield pinned
+            return
+        with self._pooled() as conn:
+            yield conn
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Turn errors from stored values into `MemoryFormatError` (not connection errors)."""
+        pg = self._psycopg
+        try:
+            yield
+        except MemoryFormatError:
+            raise
+        except (pg.errors.UndefinedTable, pg.errors.UndefinedColumn, pg.DataError) as e:
+            raise MemoryFormatError(
+                f"{self._where()}: corrupt MemAlign memory: cannot read {what} ({e})"
+            ) from e
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+            raise MemoryFormatError(
+                f"{self._where()}: corrupt MemAlign memory: cannot read {what} "
+                f"({type(e).__name__}: {e})"
+            ) from e
+
+    def _rows(
+        self, sql: str, args: Iterable[Any] = (), *, binary: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Rows of a query whose first parameter is the judge's name.
+
+        `binary`: fetch in PostgreSQL's binary format (vectors arrive as raw
+        bytes, half the transfer of bytea's hex text).
+        """
+        with self._conn() as conn:
+            return list(conn.execute(sql, (self.judge, *args), binary=binary).fetchall())
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        """Reads in this block (this thread) see one committed version of the memory."""
+        if getattr(self._local, "conn", None) is not None:
+            yield
+            return
+        with self._pooled() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._local.conn = conn
+            try:
+                yield
+            finally:
+                self._local.conn = None
+                conn.execute("ROLLBACK")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """All-or-nothing writes; a commit gives the memory a new version.
+
+        The judge row is locked first (`FOR UPDATE`), so concurrent
+        transactions on one judge run one after the other and each gets the
+        next change sequence.
+        """
+        pg = self._psycopg
+        if getattr(self._local, "conn", None) is not None:
+            raise RuntimeError("nested memory transactions are not supported")
+        with self._pooled() as conn:
+            self._local.conn = conn
+            try:
+                conn.execute("BEGIN")
+                row = conn.execute(
+                    "SELECT change_seq FROM memalign_judges WHERE name=%s FOR UPDATE",
+                    (self.judge,),
+                ).fetchone()
+                if row is None:
+                    raise MemoryFormatError(f"{self._where()}: the judge's memory was deleted")
+                self._local.seq = int(row[0]) + 1
+                yield conn
+                conn.execute(
+                    "UPDATE memalign_judges SET change_seq=%s, content_version=%s WHERE name=%s",
+                    (self._local.seq, uuid.uuid4().hex, self.judge),
+                )
+                conn.execute("COMMIT")
+            except BaseException as e:
+                with contextlib.suppress(pg.Error):
+                    conn.execute("ROLLBACK")
+                if isinstance(e, pg.errors.UndefinedTable | pg.errors.UndefinedColumn):
+                    raise MemoryFormatError(
+                        f"{self._where()}: cannot write the memory ({e}); nothing was changed"
+                    ) from e
+                raise
+            finally:
+                self._local.conn = None
+                self._local.seq = None
+
+    def _seq(self) -> int:
+        seq = getattr(self._local, "seq", None)
+        if seq is None:
+            raise RuntimeError("a memory write outside a transaction")
+        return int(seq)
+
+    # Not yet on PostgreSQL: an align's steps (forget, merge, validation, consolidation)
+    # commit one by one, each all-or-nothing, and a failure leaves the steps before it
+    # committed. One transaction across the steps needs the pinned connection to follow
+    # the align graph's worker threads; see docs/postgres.md.
+    supports_atomic = False
+
+    @contextmanager
+    def lock_writers(self) -> Iterator[None]:
+        """Hold the judge's writer lock (a session advisory lock) for a whole align or unalign.
+
+        The lock lives on a connection of its own, so it is released even if
+        the process dies (PostgreSQL drops a closed session's locks).
+        """
+        with self._pooled() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.judge))
+            try:
+                yield
+            finally:
+                conn.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, self.judge)
+                )
+
+    # -- meta ------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> Any:
+        """A JSON value from the meta table, or None."""
+        with self._reading(f"meta.{key}"):
+            if key == "schema_version":
+                # The folder's format version: a database memory converts to it on save.
+                return SCHEMA_VERSION
+            if key in _ROW_META:
+                rows = self._rows(f"SELECT {key} FROM memalign_judges WHERE name=%s")
+                if not rows:
+                    return None
+                value = rows[0][0]
+                return int(value) if key == "change_seq" else (value or None)
+            rows = self._rows("SELECT value FROM memalign_meta WHERE judge=%s AND key=%s", (key,))
+            return json.loads(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set a JSON value in the meta table (inside or outside a transaction)."""
+        if key in (*_ROW_META, "schema_version"):
+            raise ValueError(f"meta.{key} is kept by the store itself")
+        with self._conn() as conn:
+            if value is None:
+                conn.execute(
+                    "DELETE FROM memalign_meta WHERE judge=%s AND key=%s", (self.judge, key)
+                )
+                return
+            conn.execute(
+                "INSERT INTO memalign_meta(judge, key, value) VALUES (%s, %s, %s) "
+                "ON CONFLICT (judge, key) DO UPDATE SET value=excluded.value",
+                (self.judge, key, json.dumps(value, allow_nan=False)),
+            )
+
+    def change_seq(self) -> int:
+        """The number of committed changes (the memory's version number)."""
+        seq = self.get_meta("change_seq")
+        if seq is None:
+            raise MemoryFormatError(f"{self._where()}: the judge's memory was deleted")
+        return int(seq)

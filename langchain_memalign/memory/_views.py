@@ -1,0 +1,372 @@
+"""Versions of a memory as judgments read them: views, the episode index, the write lock.
+
+Readers (judgments) work on immutable versions of the memory (`MemoryView`),
+so many threads can judge while an alignment writes: a writer commits to
+the store first, then changes its own copy of the index (copy-on-write) and
+publishes a new view in one assignment. A reader that takes one view per
+judgment sees guidelines and episodes of the same committed version.
+
+`PublishingMemory` is that part of `JudgeMemory`: it opens the episode index
+(from a folder's cache file, or built from the stored vectors), publishes
+views after commits, and on a `shared` store catches up with other
+processes' commits before a judgment (at most every `max_staleness` seconds)
+and before a write. `_WriteLock` is the memory's write lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from langchain_memalign.config import JudgeConfig
+from langchain_memalign.memory.base import Store
+from langchain_memalign.memory.calibration import META_KEY as CALIBRATION_KEY
+from langchain_memalign.memory.calibration import ScoreCalibration
+from langchain_memalign.memory.episodic import EpisodicIndex
+from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.memory.store import INDEX_FILE
+
+logger = logging.getLogger(__name__)
+
+# Views kept by version number, so the steps of one judgment can share one.
+# Each kept view pins its own copy of the FAISS index, so only the current
+# and the previous version are kept: a judgment that outlives two writes
+# continues on the newest version.
+_KEPT_VIEWS = 2
+
+
+class _WriteLock:
+    """The memory's write lock: re-entrant in process, and across processes on a database.
+
+    The outermost acquisition first takes the store's writer lock (on a
+    `shared` store, the judge's lock in the database, so align and unalign
+    runs of all processes serialize; on others nothing), then this process's
+    lock; on a shared store it then brings the memory up to the newest
+    commit, so the writer decides on the current guidelines and feedback.
+    """
+
+    def __init__(self, memory: PublishingMemory, inner: threading.RLock) -> None:
+        self._memory = weakref.ref(memory)
+        self._inner = inner
+        # One writer thread per process at a time: the others wait here, not on
+        # the database lock, so they hold no pooled connection while waiting and
+        # the index lock stays free for judgments to catch up meanwhile.
+        self._writers = threading.Lock()
+        self._local = threading.local()
+
+    def __enter__(self) -> _WriteLock:
+        depth = getattr(self._local, "depth", 0)
+        memory = self._memory()
+        store = None if memory is None else memory.store
+        if depth == 0:
+            self._writers.acquire()
+            try:
+                if store is not None:
+                    cm = store.lock_writers()
+                    cm.__enter__()
+                    self._local.cm = cm
+                self._inner.acquire()
+            except BaseException:
+                self._release_db()
+                self._writers.release()
+                raise
+        else:
+            self._inner.acquire()
+        self._local.depth = depth + 1
+        if depth == 0 and memory is not None and store is not None and store.shared:
+            try:
+                memory._catch_up()
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.depth -= 1
+        self._inner.release()
+        if self._local.depth == 0:
+            try:
+                self._release_db()
+            finally:
+                self._writers.release()
+
+    def _release_db(self) -> None:
+        cm = getattr(self._local, "cm", None)
+        self._local.cm = None
+        if cm is not None:
+            cm.__exit__(None, None, None)
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryView:
+    """One committed version of the memory, as judgments read it.
+
+    `seq` is the memory's change sequence at that version; the guidelines,
+    their vectors and the episode index all belong to it, and episodes are
+    fetched as of it (see `JudgeMemory.retrieve`).
+    """
+
+    seq: int
+    guidelines: tuple[Guideline, ...]
+    guideline_vectors: np.ndarray | None
+    index: EpisodicIndex
+    calibration: ScoreCalibration = field(default_factory=ScoreCalibration)
+
+
+class PublishingMemory:
+    """The episode index and the published versions of a judge's memory (see the module doc)."""
+
+    def __init__(self, store: Store, config: JudgeConfig) -> None:
+        self.store: Store = store
+        self.config = config
+        # Guards the writer's index and the published views (in process).
+        self._index_lock = threading.RLock()
+        # Serializes align/unalign/save; judgments never take it. On a database
+        # memory it also serializes the writers of all processes.
+        self.write_lock = _WriteLock(self, self._index_lock)
+        # The change sequence the writer's index reflects, and when a judgment
+        # last asked the database whether the memory moved on (database only).
+        self._index_seq = 0
+        self._checked_at = float("-inf")
+        # The background build of a database memory's HNSW index (see `_open_index`).
+        self._index_ready = threading.Event()
+        self._index_ready.set()
+        self._hnsw_token: object | None = None
+        # Seconds a judgment may lag behind the newest commit (database only).
+        self.max_staleness = store.staleness
+        # The writer's index: changed after each commit, then published in a view.
+        self.index = EpisodicIndex(**self._index_options())
+        self._view = MemoryView(0, (), None, self.index.frozen())
+        self._views: OrderedDict[int, MemoryView] = OrderedDict()
+        # Every view still referenced (by a running judgment or `_views`).
+        self._live: weakref.WeakSet[MemoryView] = weakref.WeakSet()
+
+    # -- the episode index ----------------------------------------------------------
+
+    def reload(self) -> None:
+        """Rebuild the in-process views from the store (index from cache or stored vectors)."""
+        with self._index_lock:
+            if self.store.shared:
+                with self.store.consistent():
+                    self._index_seq = self.store.change_seq()
+                    ids, vectors = self.store.all_vectors()
+                    self.index = self._open_index(ids, vectors)
+                    self._publish()
+                return
+            cached = self._read_index_cache()
+            self.index = cached if cached is not None else self._rebuild_index()
+            self._publish()
+
+    def _index_options(self) -> dict[str, Any]:
+        return {
+            "hnsw_threshold": self.config.hnsw_threshold,
+            "ef_search": self.config.hnsw_ef_search,
+        }
+
+    def _open_index(self, ids: list[int], vectors: np.ndarray | None) -> EpisodicIndex:
+        """The index of a database memory at open: exact at once, approximate later.
+
+        A database memory has no index file, so every process builds its index
+        from the stored vectors. An exact (flat) index takes a second for
+        100,000 vectors; an HNSW graph takes a minute on two cores. So past
+        `hnsw_threshold` the process opens with the exact index (judgments are
+        exact meanwhile) and builds the HNSW graph in a background thread,
+        which swaps it in with the changes made since (`wait_for_index`).
+        """
+        options = self._index_options()
+        self._hnsw_token = token = object()
+        if len(ids) <= options["hnsw_threshold"] or vectors is None:
+            self._index_ready.set()
+            return EpisodicIndex.build(ids, vectors, **options)
+        # No switch to HNSW inside a judgment's catch-up while the graph is built.
+        flat = EpisodicIndex.build(ids, vectors, **{**options, "hnsw_threshold": 2**62})
+        self._index_ready.clear()
+        threading.Thread(
+            target=self._build_hnsw, args=(ids, vectors, token), daemon=True,
+            name="memalign-hnsw-build",
+        ).start()  # fmt: skip
+        return flat
+
+    def _build_hnsw(self, ids: list[int], vectors: np.ndarray, token: object) -> None:
+        try:
+            hnsw = EpisodicIndex.build(ids, vectors, **self._index_options())
+            with self._index_lock:
+                if self._hnsw_token is not token:  # reopened or rebuilt meanwhile
+                    return
+                # Bring the graph to what the exact index holds now: episodes
+                # added and removed since the build started.
+                live_ids, live_vectors = self.index._live()
+                built = np.asarray(ids, dtype=np.int64)
+                hnsw.remove(np.setdiff1d(built, live_ids).tolist())
+                new = ~np.isin(live_ids, built)
+                if new.any():
+                    hnsw.add(live_ids[new].tolist(), live_vectors[new])
+                self.index = hnsw
+                self._publish()
+        except Exception:  # a closed store, a damaged vector: keep the exact index
+            if not self.store.closed:
+                logger.exception("building the approximate episode index failed")
+        finally:
+            if self._hnsw_token is token:
+                self._index_ready.set()
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until the episode index is complete; False if `timeout` passed first.
+
+        Only a database memory larger than `hnsw_threshold` builds its
+        approximate (HNSW) index in the background after opening; judgments
+        use the exact index until then. Any other memory is always ready.
+        """
+        return self._index_ready.wait(timeout)
+
+    def _rebuild_index(self) -> EpisodicIndex:
+        ids, vectors = self.store.all_vectors()
+        return EpisodicIndex.build(ids, vectors, **self._index_options())
+
+    def _read_index_cache(self) -> EpisodicIndex | None:
+        """The cached index if it describes exactly the stored episodes, else None.
+
+        The cache is trusted only if its header names this memory (id), this
+        content version and the stored dimension and count, its bytes match
+        their digest and its ids are the stored episodes' row ids. Anything
+        else (another judge's file, a file from before a later commit, damaged
+        bytes, whatever FAISS raises) rebuilds the index from the stored
+        vectors, and the untrusted file is deleted: it may hold vectors of
+        feedback unaligned since.
+        """
+        folder = self.store.folder
+        if folder is None or not (folder / INDEX_FILE).is_file():
+            return None
+        path = folder / INDEX_FILE
+        identity = self.store.identity()
+        rowids = self.store.episode_rowids()
+        dim = self.store.episode_dim()
+        try:
+            head = EpisodicIndex.read_header(str(path))
+            expected = {**identity, "count": len(rowids), "dim": dim}
+            if any(head.get(key) != value for key, value in expected.items()):
+                return self._drop_cache(path)
+            index = EpisodicIndex.read(str(path), **self._index_options())
+            if index.dim != dim or not np.array_equal(index.ids(), np.asarray(rowids)):
+                return self._drop_cache(path)
+        except Exception:  # a damaged cache is rebuilt, never trusted
+            return self._drop_cache(path)
+        return index
+
+    @staticmethod
+    def _drop_cache(path: Path) -> None:
+        logger.warning("%s: damaged, stale or foreign index cache; rebuilding it", path)
+        with contextlib.suppress(OSError):  # a read-only folder still opens
+            path.unlink()
+        return None
+
+    # -- the version a judgment reads ------------------------------------------------
+
+    def snapshot(self, seq: int | None = None) -> MemoryView:
+        """The newest published version of the memory, or version `seq` if still kept.
+
+        A judgment should take one view and pass it to `select_guidelines`,
+        `retrieve` and `needs_query_vector`, so all three read one version
+        even while an align commits. Steps that run apart can share the view
+        by its `seq`; an unknown `seq` gives the newest view.
+        """
+        if seq is not None:
+            view = self._views.get(seq)
+            if view is not None:
+                return view
+        elif self.store.shared:
+            self._refresh_if_stale()
+        return self._view
+
+    def _refresh_if_stale(self) -> None:
+        """Before a judgment on a database memory: catch up if the memory moved on.
+
+        One indexed read of the judge row per judgment (or per `max_staleness`
+        seconds). A judgment never waits for a writer of this process: while
+        one holds the index it publishes its own commits, and the judgment
+        reads the version published last.
+        """
+        now = time.monotonic()
+        if now - self._checked_at < self.max_staleness:
+            return
+        self._checked_at = now
+        if self.store.change_seq() == self._view.seq:
+            return
+        if self._index_lock.acquire(blocking=False):
+            try:
+                self._catch_up()
+            finally:
+                self._index_lock.release()
+
+    def _catch_up(self) -> None:
+        """Bring the writer's index and the published view to the newest commit.
+
+        Reads the changed episodes since the index's version (ids of removed
+        ones, vectors of added ones: no embedding call) at one consistent
+        version of the database, then publishes that version.
+        """
+        with self._index_lock:
+            self._publish()
+
+    def stored_calibration(self) -> ScoreCalibration:
+        """The calibration as stored now (writers read it here, not from a view)."""
+        return ScoreCalibration.from_json(
+            self.store.get_meta(CALIBRATION_KEY), self.config.scale, where=self.store.describe()
+        )
+
+    # -- publishing a version after a committed write ------------------------------------
+
+    def _publish(self) -> None:
+        """Make the committed store and the writer's index the version readers see.
+
+        Readers switch in one assignment; the writer's later index changes
+        copy the FAISS object first, so this view never changes.
+        """
+        with self._index_lock, self.store.consistent():
+            self._publish_locked()
+
+    def _publish_locked(self) -> None:
+        seq = self.store.change_seq()
+        changes = self.store.episode_changes(self._index_seq) if seq != self._index_seq else None
+        if changes is not None:
+            # Other processes' commits on a shared store (and this one's, which
+            # the writer applied already: both steps are idempotent).
+            removed, added, vectors = changes
+            self.index.remove(removed)
+            if added:
+                have = set(self.index.ids().tolist())
+                keep = [i for i, rowid in enumerate(added) if rowid not in have]
+                if keep and vectors is not None:
+                    self.index.add([added[i] for i in keep], vectors[keep])
+        if len(self.index) != self.store.count("episodes"):
+            # An earlier write committed but failed before updating the
+            # index: the stored vectors are the truth.
+            self.index = self._rebuild_index()
+        self._index_seq = seq
+        guidelines, vectors = self.store.load_guidelines()
+        view = MemoryView(
+            seq, tuple(guidelines), vectors, self.index.frozen(), self.stored_calibration()
+        )
+        self._views[seq] = view
+        self._views.move_to_end(seq)
+        while len(self._views) > _KEPT_VIEWS:
+            self._views.popitem(last=False)
+        self._view = view
+        self._live.add(view)
+        self.store.forget_versions(min(v.seq for v in list(self._live)))
+
+    def refresh_guidelines(self) -> None:
+        """Publish the committed guidelines and the updated index as one new version.
+
+        Writers call this after each commit, once the index has been updated.
+        """
+        self._publish()

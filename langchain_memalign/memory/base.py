@@ -1,0 +1,333 @@
+"""The store contract: what every backend of a judge's memory provides.
+
+A judge's memory is kept by a `Store`: SQLite in a folder or in process
+(`store.MemoryStore`), or a PostgreSQL database that many processes share
+(`postgres.PostgresStore`). `JudgeMemory`, the graphs and `memalign show`
+use only what this class declares, so they work on either, and one test
+suite (`tests/unit_tests/memory/test_store_contract.py`) runs on every
+backend. As in LangGraph's `BaseStore`, the methods each backend must write
+(its tables, transactions and copies) are abstract, and the logic they
+share is written once here.
+
+What differs between backends is told by attributes, not by the class:
+
+- `shared`: other processes may write this memory. A reader then checks the
+  change sequence and catches up from `episode_changes`, and writers of all
+  processes serialize on `lock_writers`.
+- `folder`: the folder of a memory kept in one (its FAISS index cache lives
+  there), else None.
+- `staleness`: how many seconds a judgment may lag behind the newest commit.
+- `supports_atomic`: whether `atomic` makes several transactions one.
+
+Writes run inside `transaction()`, which yields a connection handle; the
+write methods take it as their first argument, and only the store that gave
+it out understands it. Every commit gives the memory a new version number
+(`change_seq`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory.semantic import Guideline
+
+if TYPE_CHECKING:
+    from langchain_memalign.memory.dump import MemoryDump
+
+__all__ = ["COUNTED_TABLES", "Store"]
+
+# The tables `Store.count` counts.
+COUNTED_TABLES = ("feedback", "episodes", "guidelines", "history")
+
+
+class Store(ABC):
+    """One judge's memory in a backend (see the module doc)."""
+
+    #: Other processes may write this memory (see `episode_changes`, `lock_writers`).
+    shared: bool = False
+    #: The folder of a memory kept in one, else None.
+    folder: Path | None = None
+    #: Seconds a judgment may lag behind the newest commit of another process.
+    staleness: float = 0.0
+    #: Whether `atomic` runs several transactions as one.
+    supports_atomic: bool = False
+
+    # -- identity and lifetime -----------------------------------------------------
+
+    @abstractmethod
+    def _where(self) -> str:
+        """Where this memory lives, for messages (a URL without its password)."""
+
+    def describe(self) -> str:
+        """Where this memory lives, for messages (a URL without its password)."""
+        return self._where()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._where()})"
+
+    @abstractmethod
+    def is_at(self, location: object) -> bool:
+        """Whether `location` (a folder or a URL) names this very memory."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the backend's connections; the store is unusable afterwards."""
+
+    @property
+    @abstractmethod
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+
+    # -- reading, transactions and locks -------------------------------------------
+
+    @abstractmethod
+    def _reading(self, what: str) -> AbstractContextManager[None]:
+        """Turn errors from stored values into `MemoryFormatError` naming `what`."""
+
+    def _decode(self, payload: Any) -> Feedback:
+        with self._reading("a feedback payload"):
+            return Feedback.model_validate_json(payload)
+
+    @abstractmethod
+    def consistent(self) -> AbstractContextManager[None]:
+        """Reads in this block (this thread) see one committed version of the memory."""
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[Any]:
+        """All-or-nothing writes; yields the connection the write methods take.
+
+        A commit gives the memory a new version: `change_seq` goes up by one
+        and `content_version` changes. An exception rolls every write of the
+        block back (meta included) and propagates.
+        """
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Run several transactions (one align or unalign) as one unit, if supported.
+
+        Here, without `supports_atomic`, each transaction commits on its own
+        (each all-or-nothing) and a failure keeps the ones before it.
+        """
+        yield
+
+    @property
+    def in_atomic(self) -> bool:
+        """Whether an `atomic` unit is open."""
+        return False
+
+    def lock_writers(self) -> AbstractContextManager[None]:
+        """Hold the writer lock of all processes for a whole align or unalign.
+
+        Here nothing: a memory no other process writes (not `shared`) is
+        serialized by the memory's own write lock.
+        """
+        return contextlib.nullcontext()
+
+    def forget_versions(self, up_to: int) -> None:
+        """Drop what this process keeps for readers of versions up to `up_to`.
+
+        Here nothing is kept (see `episodes_by_rowid`).
+        """
+        return
+
+    # -- meta ----------------------------------------------------------------------
+
+    @abstractmethod
+    def get_meta(self, key: str) -> Any:
+        """A JSON value from the meta table, or None."""
+
+    @abstractmethod
+    def set_meta(self, key: str, value: Any) -> None:
+        """Set a JSON value in the meta table (inside or outside a transaction).
+
+        `None` clears the key. Inside a transaction the value commits (or
+        rolls back) with it.
+        """
+
+    @abstractmethod
+    def change_seq(self) -> int:
+        """The number of committed changes (the memory's version number)."""
+
+    def identity(self) -> dict[str, Any]:
+        """What the stored content is: memory id, version number and version token.
+
+        The token is random per commit, so two copies of one memory that
+        diverge never share an identity even at the same version number.
+        """
+        with self.consistent():
+            return {
+                "memory_id": self.get_meta("memory_id"),
+                "change_seq": self.change_seq(),
+                "content_version": self.get_meta("content_version"),
+            }
+
+    # -- feedback ------------------------------------------------------------------
+
+    @abstractmethod
+    def feedback_state(self, ids: Iterable[str]) -> dict[str, tuple[str, bool]]:
+        """Map stored ids among `ids` to (content hash, reflected)."""
+
+    @abstractmethod
+    def get_feedback(self, ids: Iterable[str]) -> dict[str, Feedback]:
+        """Stored feedback by id (missing ids are absent from the result)."""
+
+    @abstractmethod
+    def feedback_ids(self) -> list[str]:
+        """All stored feedback ids, oldest first (replacing an item keeps its place)."""
+
+    @abstractmethod
+    def recent_feedback(self, limit: int, exclude: Iterable[str] = ()) -> list[Feedback]:
+        """The `limit` most recently stored feedback items not in `exclude`, newest first."""
+
+    @abstractmethod
+    def pending_reflection(self) -> list[str]:
+        """Ids of stored feedback not marked reflected, oldest first."""
+
+    def count(self, table: str) -> int:
+        """Row count of one of `COUNTED_TABLES` (this memory's rows)."""
+        if table not in COUNTED_TABLES:
+            raise ValueError(f"{table!r} is not one of {', '.join(COUNTED_TABLES)}")
+        return self._count(table)
+
+    @abstractmethod
+    def _count(self, table: str) -> int:
+        """Row count of a table of `COUNTED_TABLES`."""
+
+    @abstractmethod
+    def put_feedback(self, conn: Any, fb: Feedback, *, reflected: bool) -> None:
+        """Insert or replace one feedback item (inside a transaction).
+
+        Invalid feedback raises `InvalidFeedbackError` before anything is written.
+        """
+
+    @abstractmethod
+    def set_reflected(self, conn: Any, ids: Iterable[str], reflected: bool) -> None:
+        """Mark feedback as distilled (or pending distillation)."""
+
+    @abstractmethod
+    def delete_feedback(self, conn: Any, ids: Iterable[str]) -> None:
+        """Delete feedback and its episodes (unknown ids are ignored)."""
+
+    # -- episodes ------------------------------------------------------------------
+
+    @abstractmethod
+    def episode_keys(self, feedback_ids: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """Map feedback ids to (episode id, hash of the embedded text)."""
+
+    @abstractmethod
+    def put_episode(
+        self, conn: Any, feedback_id: str, text_hash: str, vector: np.ndarray
+    ) -> tuple[int, int | None]:
+        """Store an episode's vector; return (new episode id, replaced id or None).
+
+        Every call gives a fresh id, greater than every id given before (ids
+        are never reused), so an index can drop the old id rather than edit it.
+        """
+
+    @abstractmethod
+    def episode_vectors(self, feedback_ids: Iterable[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of some episodes, by feedback id (no embedding call)."""
+
+    @abstractmethod
+    def all_vectors(self) -> tuple[list[int], np.ndarray | None]:
+        """Every episode's id and vector (a row each), or ([], None) without episodes."""
+
+    def episode_changes(self, since: int) -> tuple[list[int], list[int], np.ndarray | None] | None:
+        """Episodes removed and added by the commits after version `since`.
+
+        Returns (removed ids, added ids, added vectors). A store that is not
+        `shared` sees only its own writes, which its caller applied already:
+        it tracks nothing and returns None.
+        """
+        return None
+
+    @abstractmethod
+    def episode_rowids(self) -> list[int]:
+        """Every episode's id, ascending."""
+
+    @abstractmethod
+    def episode_dim(self) -> int | None:
+        """The dimension of the stored episode vectors (None without episodes)."""
+
+    @abstractmethod
+    def episodes_by_rowid(self, rowids: list[int], as_of: int | None = None) -> dict[int, Feedback]:
+        """The feedback behind episode ids, as of version `as_of` (default: the newest).
+
+        A reader at an older version never gets what a later commit wrote: an
+        episode changed or removed since is returned as that version had it,
+        or left out, as the backend can (see each backend).
+        """
+
+    # -- guidelines ----------------------------------------------------------------
+
+    @abstractmethod
+    def load_guidelines(self) -> tuple[list[Guideline], np.ndarray | None]:
+        """All guidelines in order (position, then first insertion), and their vectors.
+
+        The vectors come back (a row per guideline) only if every guideline has one.
+        """
+
+    @abstractmethod
+    def put_guideline(
+        self, conn: Any, g: Guideline, vector: np.ndarray | None, position: int
+    ) -> None:
+        """Insert or replace a guideline with its provenance (inside a transaction).
+
+        Replacing keeps the stored vector when `vector` is None, and the
+        guideline's position. A text over `limits.MAX_GUIDELINE_CHARS` raises
+        `ValueError`.
+        """
+
+    @abstractmethod
+    def delete_guidelines(self, conn: Any, ids: Iterable[str]) -> None:
+        """Delete guidelines and their provenance."""
+
+    @abstractmethod
+    def next_position(self) -> int:
+        """Position after the last guideline (0 without guidelines)."""
+
+    # -- history -------------------------------------------------------------------
+
+    @abstractmethod
+    def log(
+        self, conn: Any, action: str, feedback_ids: Iterable[str], guideline_ids: Iterable[str] = ()
+    ) -> None:
+        """Record a change and the feedback that caused it (ids only, never text)."""
+
+    @abstractmethod
+    def history(self) -> list[dict[str, Any]]:
+        """Every recorded change, oldest first.
+
+        Each entry: `seq` (increasing; a new memory's first change is 1), `at`
+        (ISO time), `action`, and the sorted, distinct `feedback_ids` and
+        `guideline_ids`.
+        """
+
+    # -- copies --------------------------------------------------------------------
+
+    @abstractmethod
+    def dump(self) -> MemoryDump:
+        """Every row of this memory, read at one version."""
+
+    @abstractmethod
+    def replace_with(self, d: MemoryDump) -> None:
+        """Make this memory a copy of `d`, in one transaction (one new version).
+
+        The memory id comes from `d` (when it has one); the version number
+        goes on from this memory's, so readers never see it go back.
+        """
+
+    @abstractmethod
+    def backup_to(self, folder: Path) -> None:
+        """Write this memory into `folder` as a SQLite memory, atomically.
+
+        Episode ids are kept, so an index built from either copy has the same ids.
+        """

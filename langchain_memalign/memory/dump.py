@@ -1,0 +1,148 @@
+"""Copies of a memory between backends: every row of it, and its SQLite form.
+
+`MemoryDump` holds every row of one memory in the stored form both backends
+share (`Store.dump`, `Store.replace_with`). This module reads one from a
+SQLite database (`dump_sqlite`) and writes one into a SQLite database
+(`insert_rows`), a new file (`write_sqlite`) or, atomically, a memory
+folder (`write_sqlite_folder`), which is how a database memory is saved to
+a folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_memalign.memory._files import fsync, fsync_dir
+from langchain_memalign.memory._store_base import (
+    _SCHEMA,
+    DB_FILE,
+    INDEX_FILE,
+    SCHEMA_VERSION,
+    remove_leftovers,
+)
+
+__all__ = ["MemoryDump", "dump_sqlite", "insert_rows", "write_sqlite", "write_sqlite_folder"]
+
+
+@dataclass
+class MemoryDump:
+    """Every row of one memory, to copy it between backends (`save`)."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    # (id, payload, content_hash, reflected, updated_at), oldest first
+    feedback: list[tuple[str, str, str, bool, str]] = field(default_factory=list)
+    # (episode id, feedback_id, text_hash, vector bytes)
+    episodes: list[tuple[int, str, str, bytes]] = field(default_factory=list)
+    # (id, text, vector bytes or None, created_at, position), in order
+    guidelines: list[tuple[str, str, bytes | None, str, int]] = field(default_factory=list)
+    # (guideline_id, feedback_id), in order
+    sources: list[tuple[str, str]] = field(default_factory=list)
+    # (seq, at, action, feedback_ids JSON, guideline_ids JSON), oldest first
+    history: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+
+
+def dump_sqlite(conn: sqlite3.Connection) -> MemoryDump:
+    """Every row of a SQLite memory (the caller holds its lock)."""
+    d = MemoryDump()
+    d.meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+    d.feedback = [
+        (i, p, h, bool(r), u)
+        for i, p, h, r, u in conn.execute(
+            "SELECT id, payload, content_hash, reflected, updated_at FROM feedback ORDER BY rowid"
+        )
+    ]
+    d.episodes = [
+        (int(r), f, t, bytes(v))
+        for r, f, t, v in conn.execute(
+            "SELECT rowid, feedback_id, text_hash, vector FROM episodes ORDER BY rowid"
+        )
+    ]
+    d.guidelines = [
+        (i, t, None if v is None else bytes(v), c, int(p))
+        for i, t, v, c, p in conn.execute(
+            "SELECT id, text, vector, created_at, position FROM guidelines ORDER BY position, rowid"
+        )
+    ]
+    d.sources = list(
+        conn.execute("SELECT guideline_id, feedback_id FROM guideline_sources ORDER BY rowid")
+    )
+    d.history = list(
+        conn.execute(
+            "SELECT seq, at, action, feedback_ids, guideline_ids FROM history ORDER BY seq"
+        )
+    )
+    return d
+
+
+def insert_rows(conn: sqlite3.Connection, d: MemoryDump, meta: dict[str, Any]) -> None:
+    """Insert the rows of `d` into a SQLite memory's empty tables, with `meta` as meta rows.
+
+    Episode ids and history numbers are kept as the dump has them. A meta key
+    already stored is overwritten; a `None` value is not stored.
+    """
+    conn.executemany(
+        "INSERT INTO meta(key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        [(k, json.dumps(v, allow_nan=False)) for k, v in meta.items() if v is not None],
+    )
+    conn.executemany(
+        "INSERT INTO feedback(id, payload, content_hash, reflected, updated_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [(i, p, h, int(r), u) for i, p, h, r, u in d.feedback],
+    )
+    conn.executemany(
+        "INSERT INTO episodes(rowid, feedback_id, text_hash, vector) VALUES (?, ?, ?, ?)",
+        d.episodes,
+    )
+    conn.executemany(
+        "INSERT INTO guidelines(id, text, vector, created_at, position) VALUES (?, ?, ?, ?, ?)",
+        d.guidelines,
+    )
+    conn.executemany(
+        "INSERT INTO guideline_sources(guideline_id, feedback_id) VALUES (?, ?)", d.sources
+    )
+    conn.executemany(
+        "INSERT INTO history(seq, at, action, feedback_ids, guideline_ids) VALUES (?, ?, ?, ?, ?)",
+        d.history,
+    )
+
+
+def write_sqlite(path: str, d: MemoryDump) -> None:
+    """Write a dump into a new SQLite memory file at `path`."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA secure_delete=ON")
+        conn.executescript(_SCHEMA)
+        conn.execute("BEGIN")
+        insert_rows(conn, d, {**d.meta, "schema_version": SCHEMA_VERSION})
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def write_sqlite_folder(folder: Path, d: MemoryDump) -> None:
+    """Write a dump into `folder` as its SQLite memory, atomically.
+
+    The file is written under a temporary name and renamed over the old one
+    when complete, so a crash leaves the previous memory intact. The folder's
+    index cache, which describes other content, is deleted.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(folder)
+    fd, tmp = tempfile.mkstemp(prefix=".memory-", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        write_sqlite(tmp, d)
+        fsync(tmp)
+        os.replace(tmp, folder / DB_FILE)
+        (folder / INDEX_FILE).unlink(missing_ok=True)
+        fsync_dir(folder)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,94 @@
+"""Where a memory lives: a folder, or a PostgreSQL database named by a URL.
+
+A memory location is a folder (a SQLite memory), `None` (in process), or a
+`postgresql://` URL. This module tells them apart (`is_postgres_url`),
+parses a URL into what libpq needs and our own settings (`PostgresTarget`),
+and writes a location into messages without its password
+(`describe_location`, `redact`). It opens nothing: `backends.open_store`
+does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from langchain_memalign.errors import MemoryFormatError
+
+__all__ = ["Location", "PostgresTarget", "describe_location", "is_postgres_url", "redact"]
+
+# A memory's folder or `postgresql://` URL (`None`, where allowed: in process).
+Location = str | os.PathLike[str]
+
+_DEFAULT_JUDGE = "default"
+# Parameters of a memory URL that are ours, not libpq's.
+_OUR_PARAMS = ("judge", "staleness", "pool_size", "open_timeout")
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether a memory location is a PostgreSQL URL rather than a folder."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+@dataclass(frozen=True)
+class PostgresTarget:
+    """A parsed memory URL: libpq connection string, judge name and our settings.
+
+    `postgresql://user:pw@host:5432/db?judge=helpfulness&staleness=2` names
+    the database, the judge inside it (default `default`), how many seconds
+    a judgment may lag behind the newest commit (default 0: every judgment
+    sees every committed change), the connection pool's size (default 8) and
+    how many seconds opening waits for the server (`open_timeout`, default 30).
+    Every other parameter goes to libpq unchanged (`sslmode`, `host=/socket/dir` ...).
+    """
+
+    conninfo: str
+    judge: str
+    staleness: float = 0.0
+    pool_size: int = 8
+    open_timeout: float = 30.0
+
+    @classmethod
+    def parse(cls, url: str) -> PostgresTarget:
+        """Split a memory URL into the libpq part and ours; `MemoryFormatError` if malformed."""
+        parts = urlsplit(url)
+        params = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in params if k in _OUR_PARAMS}
+        rest = [(k, v) for k, v in params if k not in _OUR_PARAMS]
+        judge = ours.get("judge") or _DEFAULT_JUDGE
+        try:
+            staleness = float(ours.get("staleness") or 0)
+            pool_size = int(ours.get("pool_size") or 8)
+            open_timeout = float(ours.get("open_timeout") or 30)
+        except ValueError as e:
+            raise MemoryFormatError(f"{redact(url)}: bad memory URL parameter ({e})") from e
+        if (
+            not (0 <= staleness < 86_400)
+            or not (1 <= pool_size <= 256)
+            or not (0 < open_timeout <= 3_600)
+        ):
+            raise MemoryFormatError(
+                f"{redact(url)}: staleness must be in [0, 86400) seconds, pool_size in "
+                "[1, 256] and open_timeout in (0, 3600] seconds"
+            )
+        conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        return cls(conninfo, judge, staleness, pool_size, open_timeout)
+
+    def describe(self) -> str:
+        """The URL without its password, with the judge name (for messages)."""
+        return f"{redact(self.conninfo)} (judge {self.judge!r})"
+
+
+def describe_location(location: object) -> str:
+    """A memory location for messages: a folder as is, a URL without its password."""
+    return redact(str(location)) if is_postgres_url(location) else str(location)
+
+
+def redact(url: str) -> str:
+    """A URL with its password replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
