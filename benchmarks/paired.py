@@ -11,7 +11,8 @@ pooled; the quality benchmark's test set is the same for every seed); points giv
 NAME pool their seeds (one seed a file, e.g. a second seed run with another --tag). FILE may
 also be a result of `scale_wording.py` or of `judge_options.py`, ENTRY one of its variants
 (one seed; the same split, so its cases pair with the quality benchmark's), or of
-`verdict_note.py`, ENTRY `base` or `note`. Per point: accuracy with a Wilson 95% interval,
+`verdict_note.py`, ENTRY `base` or `note` (those two experiments are in the git history:
+`git log --all -- benchmarks/scale_wording.py`). Per point: accuracy with a Wilson 95% interval,
 balanced accuracy, mean absolute error (numeric scales), weighted κ, the verdicts given
 and tokens a judgment. Then, per point against `--against`, the paired
 difference in accuracy and in absolute error over the cases both judged in the same seed,
