@@ -7,7 +7,7 @@ of the options that act at judgment time only (`k`, `min_episode_similarity`,
 episodes, so differences come from the option alone; the `base` variant (no override)
 repeats the original judgment and measures run-to-run noise against it.
 
-    python benchmarks/judge_options.py benchmarks/results/quality/partial/quality_feedbackqa.json \
+    python benchmarks/judge_options.py benchmarks/results/quality/quality_feedbackqa.json \
         --system ours --stage 10 --variants "base:;k0:k=0;sim60:min_episode_similarity=0.6" \
         --out benchmarks/results/quality/judge_options_feedbackqa.json
 """
