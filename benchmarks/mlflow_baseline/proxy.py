@@ -29,6 +29,7 @@ forwarded at once (default 8; further ones wait), upstream timeout --timeout sec
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -173,11 +174,13 @@ class Proxy:
                 return
             self._dumped += 1
             n = self._dumped
+
         def as_json(b: bytes) -> Any:
             try:
                 return json.loads(b)
             except Exception:
                 return b[:10000].decode("utf-8", "replace")
+
         req = as_json(request)
         resp = as_json(response)
         if isinstance(resp, dict):  # embeddings are long and unreadable: keep the shape only
@@ -187,7 +190,9 @@ class Proxy:
         os.makedirs(self.dump_dir, exist_ok=True)
         name = os.path.join(self.dump_dir, f"{n:04d}_{path.strip('/').replace('/', '_')}.json")
         with open(name, "w") as fh:
-            json.dump({"path": path, "request": req, "status": status, "response": resp}, fh, indent=1)
+            json.dump(
+                {"path": path, "request": req, "status": status, "response": resp}, fh, indent=1
+            )
 
     def write_stats_file(self) -> None:
         if not self.stats_file:
@@ -255,9 +260,7 @@ def make_handler(proxy: Proxy):
             is_emb = bare.endswith("/embeddings")
             is_chat = bare.endswith("/chat/completions") or bare.endswith("/completions")
             target = proxy.emb if is_emb else proxy.chat
-            headers = {
-                k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP
-            }
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
             n_inputs = 0
             truncated = 0
             with proxy.slots:
@@ -313,10 +316,8 @@ def make_handler(proxy: Proxy):
                     st.other_calls += 1
             proxy.write_stats_file()
             proxy.dump(bare, body, status, data)
-            try:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self._send(status, data, rheaders)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
 
         do_PUT = do_DELETE = lambda self: self._json(405, {"error": "method not allowed"})
 
@@ -351,8 +352,12 @@ def main(argv: list[str] | None = None) -> None:
     server = ThreadingHTTPServer((args.host, args.port), make_handler(proxy))
     server.daemon_threads = True
     proxy.write_stats_file()
-    print(f"proxy on http://{args.host}:{args.port}/v1 -> chat {args.chat}, "
-          f"embeddings {args.embeddings}", file=sys.stderr, flush=True)
+    print(
+        f"proxy on http://{args.host}:{args.port}/v1 -> chat {args.chat}, "
+        f"embeddings {args.embeddings}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -68,7 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
-    ap.add_argument("--scale-kind", required=True, choices=["bool", "numeric", "categorical", "pairwise"])
+    ap.add_argument(
+        "--scale-kind", required=True, choices=["bool", "numeric", "categorical", "pairwise"]
+    )
     ap.add_argument("--instructions", required=True, help="judge instructions; @FILE reads a file")
     ap.add_argument("--out", required=True)
     ap.add_argument("--choices", default=None, help="JSON list for categorical/pairwise")
@@ -78,7 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reflection-lm", default="openai:/local")
     ap.add_argument("--embedding-model", default="openai:/minilm")
     ap.add_argument(
-        "--chat-context-tokens", type=int, default=None,
+        "--chat-context-tokens",
+        type=int,
+        default=None,
         help="tell litellm the chat model's context window (litellm.register_model), which "
         "MLflow's distillation packs its batches by; unset, litellm does not know a local "
         "model and MLflow assumes 128,000 tokens (on a 4,096-token server, 50 items go in one "
@@ -87,21 +91,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--embedding-dim", type=int, default=384)
     ap.add_argument("--retrieval-k", type=int, default=5)
     ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--workers", type=int, default=1, help="parallel judge calls (1 = exact per-case counters)")
-    ap.add_argument("--tracking-dir", default=None, help="where mlflow.db goes (default: a temp dir)")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="parallel judge calls (1 = exact per-case counters)"
+    )
+    ap.add_argument(
+        "--tracking-dir", default=None, help="where mlflow.db goes (default: a temp dir)"
+    )
     ap.add_argument("--dspy-cache", choices=["off", "memory", "disk"], default="off")
     ap.add_argument("--measure-reload", action="store_true")
     ap.add_argument("--probe-incremental", action="store_true")
     ap.add_argument("--limit-train", type=int, default=None)
     ap.add_argument("--limit-test", type=int, default=None)
     ap.add_argument(
-        "--stages", default=None,
+        "--stages",
+        default=None,
         help="learning-curve mode, e.g. 0,10,50: stage 0 judges the test set unaligned; stage "
         "N aligns the previous stage's judge incrementally on the first N train traces and "
         "judges the test set. Writes `stages` to --out after every stage (no other phases).",
     )
     ap.add_argument(
-        "--predict-stages", default=None,
+        "--predict-stages",
+        default=None,
         help="with --stages: judge the test set only at these stages (default: all); the "
         "others are only aligned through (resuming a run whose stages were recorded)",
     )
@@ -140,10 +150,19 @@ def proxy_stats(args: argparse.Namespace) -> dict[str, Any]:
 
 
 COUNTERS = (
-    "chat_calls", "chat_errors", "chat_seconds", "prompt_tokens", "completion_tokens",
+    "chat_calls",
+    "chat_errors",
+    "chat_seconds",
+    "prompt_tokens",
+    "completion_tokens",
     "cached_prompt_tokens",
-    "embedding_calls", "embedding_errors", "embedding_inputs", "embedding_prompt_tokens",
-    "embedding_seconds", "embedding_truncated_inputs", "tokenize_calls",
+    "embedding_calls",
+    "embedding_errors",
+    "embedding_inputs",
+    "embedding_prompt_tokens",
+    "embedding_seconds",
+    "embedding_truncated_inputs",
+    "tokenize_calls",
 )
 
 
@@ -176,7 +195,11 @@ def is_correct(kind: str, value: Any, label: Any) -> bool | None:
         return None
     try:
         if kind == "bool":
-            v = value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "pass", "1")
+            v = (
+                value
+                if isinstance(value, bool)
+                else str(value).strip().lower() in ("true", "yes", "pass", "1")
+            )
             return v == bool(label)
         if kind == "numeric":
             return float(value) == float(label)
@@ -217,7 +240,9 @@ def log_train_traces(cases: list[dict[str, Any]], judge_name: str) -> list[Any]:
     return traces
 
 
-def judge_cases(judge: Any, cases: list[dict[str, Any]], kind: str, args: argparse.Namespace) -> list[dict]:
+def judge_cases(
+    judge: Any, cases: list[dict[str, Any]], kind: str, args: argparse.Namespace
+) -> list[dict]:
     def one(case: dict[str, Any]) -> dict[str, Any]:
         before = proxy_stats(args)
         t0 = time.perf_counter()
@@ -255,9 +280,12 @@ def judge_cases(judge: Any, cases: list[dict[str, Any]], kind: str, args: argpar
         out = []
         for i, case in enumerate(cases, 1):
             r = one(case)
-            print(f"  [{i}/{len(cases)}] {r['id']}: {r['value']!r} (label {r['label']!r}) "
-                  f"{r['seconds']:.1f}s{' ERROR ' + r['error'][:120] if r['error'] else ''}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  [{i}/{len(cases)}] {r['id']}: {r['value']!r} (label {r['label']!r}) "
+                f"{r['seconds']:.1f}s{' ERROR ' + r['error'][:120] if r['error'] else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
             out.append(r)
         return out
     with ThreadPoolExecutor(args.workers) as ex:
@@ -275,8 +303,11 @@ def summarize(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
         "mean_seconds": round(sum(r["seconds"] for r in rows) / n, 3) if n else None,
     }
     if kind == "numeric":
-        diffs = [abs(float(r["value"]) - float(r["label"])) for r in rows
-                 if isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool)]
+        diffs = [
+            abs(float(r["value"]) - float(r["label"]))
+            for r in rows
+            if isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool)
+        ]
         s["mae"] = round(sum(diffs) / len(diffs), 4) if diffs else None
     return s
 
@@ -285,12 +316,14 @@ def memory_of(judge: Any) -> dict[str, Any]:
     episodic = []
     for ex in getattr(judge, "_episodic_memory", []) or []:
         d = {k: v for k, v in ex.items() if k != "trace"}
-        episodic.append({
-            "trace_id": getattr(ex, "_trace_id", None),
-            "result": d.get("result"),
-            "rationale": d.get("rationale"),
-            "fields": sorted(d),
-        })
+        episodic.append(
+            {
+                "trace_id": getattr(ex, "_trace_id", None),
+                "result": d.get("result"),
+                "rationale": d.get("rationale"),
+                "fields": sorted(d),
+            }
+        )
     return {
         "guidelines": [g.model_dump() for g in getattr(judge, "_semantic_memory", [])],
         "episodic_size": len(episodic),
@@ -307,31 +340,47 @@ def timed(args: argparse.Namespace, fn, *a, **kw) -> tuple[Any, dict[str, Any]]:
     return result, {"seconds": round(seconds, 3), **diff(proxy_stats(args), before)}
 
 
-def run_stages(args: argparse.Namespace, judge: Any, optimizer: Any, traces: list[Any],
-               test: list[dict[str, Any]], trace_to_case: dict[str, str],
-               result: dict[str, Any]) -> int:
+def run_stages(
+    args: argparse.Namespace,
+    judge: Any,
+    optimizer: Any,
+    traces: list[Any],
+    test: list[dict[str, Any]],
+    trace_to_case: dict[str, str],
+    result: dict[str, Any],
+) -> int:
     """Learning-curve mode: align incrementally on growing prefixes of the train traces."""
     stages = sorted({int(s) for s in args.stages.split(",") if s.strip()})
-    predict = (set(stages) if args.predict_stages is None
-               else {int(s) for s in args.predict_stages.split(",") if s.strip()})
+    predict = (
+        set(stages)
+        if args.predict_stages is None
+        else {int(s) for s in args.predict_stages.split(",") if s.strip()}
+    )
     result["stages"] = {}
     current = judge
     for n in stages:
         if n > len(traces):
-            print(f"stage {n}: only {len(traces)} train traces; skipped", file=sys.stderr, flush=True)
+            print(
+                f"stage {n}: only {len(traces)} train traces; skipped", file=sys.stderr, flush=True
+            )
             continue
         entry: dict[str, Any] = {"n_feedback": n}
         if n > 0:
             print(f"stage {n}: aligning on the first {n} traces", file=sys.stderr, flush=True)
-            current, entry["align"] = timed(args, current.align, traces=traces[:n], optimizer=optimizer)
+            current, entry["align"] = timed(
+                args, current.align, traces=traces[:n], optimizer=optimizer
+            )
             entry["memory"] = memory_of(current)
         if n in predict:
             print(f"stage {n}: judging {len(test)} test cases", file=sys.stderr, flush=True)
             entry["predictions"], entry["predict"] = timed(
-                args, judge_cases, current, test, args.scale_kind, args)
+                args, judge_cases, current, test, args.scale_kind, args
+            )
             for r in entry["predictions"]:
                 if r["retrieved_trace_ids"]:
-                    r["retrieved_case_ids"] = [trace_to_case.get(t, t) for t in r["retrieved_trace_ids"]]
+                    r["retrieved_case_ids"] = [
+                        trace_to_case.get(t, t) for t in r["retrieved_trace_ids"]
+                    ]
             entry["summary"] = summarize(entry["predictions"], args.scale_kind)
         result["stages"][str(n)] = entry
         with open(args.out, "w") as fh:
@@ -406,14 +455,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"logging {len(train)} train traces", file=sys.stderr, flush=True)
     traces, phases["log_traces"] = timed(args, log_train_traces, train, args.name)
-    trace_to_case = {t.info.trace_id: c["id"] for t, c in zip(traces, train)}
+    trace_to_case = {t.info.trace_id: c["id"] for t, c in zip(traces, train, strict=True)}
     result["trace_to_case"] = trace_to_case
 
     if args.stages is not None:
         return run_stages(args, judge, optimizer, traces, test, trace_to_case, result)
 
     print(f"baseline on {len(test)} test cases", file=sys.stderr, flush=True)
-    result["baseline"], phases["baseline_predict"] = timed(args, judge_cases, judge, test, args.scale_kind, args)
+    result["baseline"], phases["baseline_predict"] = timed(
+        args, judge_cases, judge, test, args.scale_kind, args
+    )
 
     print("aligning with MemAlignOptimizer", file=sys.stderr, flush=True)
     aligned, phases["align"] = timed(args, judge.align, traces=traces, optimizer=optimizer)
@@ -422,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     result["aligned_instructions_property"] = aligned.instructions
 
     print(f"aligned judge on {len(test)} test cases", file=sys.stderr, flush=True)
-    result["aligned"], phases["aligned_predict"] = timed(args, judge_cases, aligned, test, args.scale_kind, args)
+    result["aligned"], phases["aligned_predict"] = timed(
+        args, judge_cases, aligned, test, args.scale_kind, args
+    )
     for r in result["aligned"]:
         if r["retrieved_trace_ids"]:
             r["retrieved_case_ids"] = [trace_to_case.get(t, t) for t in r["retrieved_trace_ids"]]
@@ -433,7 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     if args.measure_reload and test:
-        print("reload: model_dump -> Scorer.model_validate -> one call", file=sys.stderr, flush=True)
+        print(
+            "reload: model_dump -> Scorer.model_validate -> one call", file=sys.stderr, flush=True
+        )
         dumped, ph_dump = timed(args, aligned.model_dump)
         loaded, ph_load = timed(args, Scorer.model_validate, dumped)
         first, ph_first = timed(args, judge_cases, loaded, test[:1], args.scale_kind, args)
@@ -451,9 +506,15 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     if args.probe_incremental and len(traces) >= 2:
-        print("incremental probe: align N-1, re-align with N, re-align unchanged", file=sys.stderr, flush=True)
+        print(
+            "incremental probe: align N-1, re-align with N, re-align unchanged",
+            file=sys.stderr,
+            flush=True,
+        )
         probe: dict[str, Any] = {}
-        j1, probe["align_first_n_minus_1"] = timed(args, judge.align, traces=traces[:-1], optimizer=optimizer)
+        j1, probe["align_first_n_minus_1"] = timed(
+            args, judge.align, traces=traces[:-1], optimizer=optimizer
+        )
         probe["align_first_n_minus_1"]["episodic_size"] = len(j1._episodic_memory)
         j2, probe["realign_add_1"] = timed(args, j1.align, traces=traces, optimizer=optimizer)
         probe["realign_add_1"]["episodic_size"] = len(j2._episodic_memory)

@@ -66,10 +66,10 @@ from _common import (
 from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
-import langchain_memalign.memory.episodic as episodic
-import langchain_memalign.judge as judge_module
 import langchain_memalign.graphs.judge as jg
 import langchain_memalign.graphs.structured as structured
+import langchain_memalign.judge as judge_module
+import langchain_memalign.memory.episodic as episodic
 from langchain_memalign import MemAlignJudge
 from langchain_memalign.graphs.prompts import judge_messages
 
