@@ -9,7 +9,7 @@ from pathlib import Path
 import langchain_memalign
 from langchain_memalign import errors
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "errors.md"
 # Not the package's own, and named on the page as such.
 FOREIGN = {"ValidationError", "OutputParserException", "TypeError", "ValueError", "KeyError",
            "OSError", "ConnectionError"}  # fmt: skip

@@ -54,7 +54,7 @@ while True:
 
 def test_sigkill_during_folder_aligns_leaves_whole_calls_only(tmp_path: Path, model: Any) -> None:
     folder = tmp_path / "mem"
-    tests = str(Path(__file__).resolve().parents[1])
+    tests = str(Path(__file__).resolve().parents[2])
     code = _WORKER.format(tests=tests, folder=str(folder))
     rng = np.random.default_rng(1313)
     opened = 0
