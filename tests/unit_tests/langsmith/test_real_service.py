@@ -1,4 +1,4 @@
-"""The integration against LangSmith as the real service behaves (issue 12).
+"""The integration works against LangSmith as the real service behaves.
 
 Each test drives the real ``langsmith.Client`` against the strict local server: it
 stamps ``feedback_source.user_id`` from the API key, returns only stored feedback

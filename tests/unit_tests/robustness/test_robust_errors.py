@@ -1,5 +1,5 @@
-"""The errors page lists real, exported errors (issue 13: "the errors page lists which
-call raises which")."""
+"""The errors page (docs/errors.md, which call raises which) names real, exported errors,
+and every error the package defines."""
 
 from __future__ import annotations
 

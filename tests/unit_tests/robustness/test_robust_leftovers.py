@@ -1,4 +1,4 @@
-"""Crash leftovers are removed; removed feedback leaves nothing behind (issue 13, point 3)."""
+"""Crash leftovers are removed; removed feedback leaves nothing behind."""
 
 from __future__ import annotations
 
