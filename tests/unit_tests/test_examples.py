@@ -66,5 +66,5 @@ def test_quickstart_runs_on_a_base_url_without_a_key(monkeypatch: pytest.MonkeyP
     assert problem is None and args.base_url == "http://localhost:8000/v1"
     model, embeddings = quickstart.openai_compatible(
         args.chat_model, args.embedding_model, base_url=args.base_url, api_key=None
-    )  # used to raise: the OpenAI client wants a key
+    )  # without a key the OpenAI client would raise: a placeholder key is given
     assert model is not None and embeddings is not None

@@ -1,3 +1,6 @@
+"""Scales: the verdicts each kind accepts and refuses, bad specs refused, the verdict
+schema asking for the rationale before the score, and a round trip through JSON."""
+
 from __future__ import annotations
 
 import pytest

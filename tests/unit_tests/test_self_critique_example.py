@@ -109,7 +109,7 @@ def test_every_example_has_an_end_to_end_test() -> None:
 
     A test names an example as a string (`load_example("NAME")`, `"NAME.py"`).
     """
-    tests = "\n".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    tests = "\n".join(p.read_text() for p in Path(__file__).parent.rglob("test_*.py"))
     named = set(re.findall(r"[\"'](\w+)(?:\.py)?[\"']", tests))
     examples = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     assert sorted(examples - named) == [], "examples without a test that runs them"

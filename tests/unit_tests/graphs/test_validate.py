@@ -1,3 +1,7 @@
+"""Validation of proposed guidelines on seen cases: a guideline that breaks more cases than
+it fixes is dropped or narrowed, a break that does not happen again is not counted, and
+validation stays within its call budget and leaves each case's own episode out."""
+
 from __future__ import annotations
 
 import re

@@ -1,3 +1,6 @@
+"""Provenance of a guideline: one that restates a case or is about one case's topic is
+rejected, and a guideline cites only the feedback whose rationale supports it."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -257,7 +260,8 @@ def test_align_rejects_a_guideline_about_one_question_answered_several_times(
     make_judge: Any,
 ) -> None:
     # Three answers to one question are one topic (one embedded text, one vector); a
-    # guideline about that question is as close to each of them, and used to pass the gap.
+    # guideline about that question is as close to each of them: counted as three cases,
+    # it would pass the gap test.
     question = "Write a Python function that validates email addresses."
     answers = [
         fb(f"e{i}", question, out, value, why)

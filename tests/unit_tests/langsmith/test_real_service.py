@@ -1,4 +1,4 @@
-"""The integration against LangSmith as the real service behaves (issue 12).
+"""The integration works against LangSmith as the real service behaves.
 
 Each test drives the real ``langsmith.Client`` against the strict local server: it
 stamps ``feedback_source.user_id`` from the API key, returns only stored feedback
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+_TESTS_DIR = str(Path(__file__).resolve().parents[2])
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
@@ -44,7 +44,7 @@ from langchain_memalign.langsmith._fields import (  # noqa: E402
 from langchain_memalign.scale import Scale  # noqa: E402
 
 KEY = "helpfulness"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,7 @@ from langchain_memalign import (
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pg_worker  # noqa: E402
 from pg_server import TempPostgres  # noqa: E402
 

@@ -1,8 +1,9 @@
-"""Size limits on what is stored and on what goes into alignment prompts (issue 13, point 4).
+"""Size limits on what is stored and on what goes into alignment prompts.
 
-Before, a 1 MB comment, a 1 MB guideline or 200 guidelines were accepted, and one stored
-200,000-character guideline made every later align fail on a model with ~32k characters
-of context.
+Oversized feedback (a 1 MB comment) is refused, a huge guideline is never stored, the
+number of guidelines is capped, and a 200,000-character guideline already stored (as an
+older version could store it) does not make later aligns fail on a model with ~32k
+characters of context: every alignment prompt stays within its budget.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _prompt_sizes(model: Any) -> list[int]:
 
 
 def test_a_stored_200k_guideline_does_not_break_later_aligns(make_judge: Any, model: Any) -> None:
-    """The issue's failure: every reflection prompt showed the whole guideline."""
+    """No reflection prompt shows the whole of a huge stored guideline."""
     judge = make_judge(guideline_token_budget=100_000)
     judge.align([HOURS])
     legacy = Guideline(id=new_guideline_id(), text="When " + "z" * 200_000, source_ids=("hours",))

@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of stored feedback and of memory folders (issue 13, point 7).
+"""Hypothesis fuzzing of stored feedback and of memory folders.
 
 The properties: no undocumented exception (only the package's errors, or
 pydantic's `ValidationError` when a `Feedback` is constructed directly) and no

@@ -1,4 +1,4 @@
-"""The index cache is trusted only for the exact content it indexes (issue 13, point 2)."""
+"""The index cache is trusted only for the exact content it indexes."""
 
 from __future__ import annotations
 

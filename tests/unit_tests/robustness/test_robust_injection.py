@@ -1,4 +1,4 @@
-"""Graded content is data (issue 13, point 5): delimited, defused, and named as such.
+"""Graded content is data: delimited, defused, and named as such.
 
 The flip rate this buys on the local model is measured by benchmarks/injection.py.
 """

@@ -120,6 +120,8 @@ def test_learning_curve_protocol(make: Any, tmp_path: Path) -> None:
     loaded = LearningCurve.load(path)
     assert loaded == curve
 
+    # The PNG needs matplotlib (the `bench` extra); without it the checks above still ran.
+    pytest.importorskip("matplotlib")
     png = curve.plot(tmp_path / "curve.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     two = plot_curves({"a": curve, "b": loaded}, tmp_path / "both.png", metric="kappa")

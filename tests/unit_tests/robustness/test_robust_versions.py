@@ -1,4 +1,4 @@
-"""Readers see one committed version of the memory while writes run (issue 13, point 8)."""
+"""Readers see one committed version of the memory while writes run."""
 
 from __future__ import annotations
 

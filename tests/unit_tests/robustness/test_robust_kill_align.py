@@ -1,6 +1,6 @@
 """SIGKILL during aligns and unaligns of a folder-backed memory: each call is whole or absent.
 
-Every `align` and `unalign` is one SQLite transaction (issue 13, point 1), so a process
+Every `align` and `unalign` is one SQLite transaction, so a process
 killed in the middle of one leaves a hot journal that SQLite rolls back on the next open:
 the folder holds each call completely or not at all. CI kills 4 times;
 `MEMALIGN_KILLS=40` runs the figure quoted in docs/persistence.md.
@@ -54,7 +54,7 @@ while True:
 
 def test_sigkill_during_folder_aligns_leaves_whole_calls_only(tmp_path: Path, model: Any) -> None:
     folder = tmp_path / "mem"
-    tests = str(Path(__file__).resolve().parents[1])
+    tests = str(Path(__file__).resolve().parents[2])
     code = _WORKER.format(tests=tests, folder=str(folder))
     rng = np.random.default_rng(1313)
     opened = 0

@@ -1,4 +1,4 @@
-"""A model whose own `with_structured_output` raises is retried (issue 13, point 8)."""
+"""A model whose own `with_structured_output` raises is retried."""
 
 from __future__ import annotations
 

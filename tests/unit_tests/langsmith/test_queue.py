@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+_TESTS_DIR = str(Path(__file__).resolve().parents[2])
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 

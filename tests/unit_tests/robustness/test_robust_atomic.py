@@ -1,8 +1,9 @@
-"""Every align and unalign is one transaction (issue 13, point 1).
+"""Every align and unalign is one transaction: a failure anywhere in it changes nothing.
 
-Before, replacing a changed item deleted the old version's guideline in a committed step
-of its own; a merge that failed afterwards (an embedding outage) left the guideline gone,
-the item pending and a raw `ConnectionError` in the caller's hands.
+Replacing a changed item removes the old version's guideline in the same transaction as
+the merge, so a merge that fails afterwards (an embedding outage) leaves the guideline,
+the item and its status as they were, and the caller gets an `AlignFailedError`, not a
+raw `ConnectionError`.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def test_judgments_during_a_failed_align_and_after_see_a_whole_memory(
 def test_realigning_with_only_new_metadata_updates_the_item(
     make_judge: Any, model: Any, tmp_path: Path
 ) -> None:
-    """Point 7: it was reported unchanged and the new metadata was dropped."""
+    """Feedback that differs only in its metadata is updated (and stored), not unchanged."""
     judge = make_judge(path=tmp_path)
     judge.align([SWEATER, HOURS])
     calls, guidelines = len(model.calls), dump(judge)["guidelines"]

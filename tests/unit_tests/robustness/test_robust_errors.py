@@ -1,5 +1,5 @@
-"""The errors page lists real, exported errors (issue 13: "the errors page lists which
-call raises which")."""
+"""The errors page (docs/errors.md, which call raises which) names real, exported errors,
+and every error the package defines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import langchain_memalign
 from langchain_memalign import errors
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "errors.md"
 # Not the package's own, and named on the page as such.
 FOREIGN = {"ValidationError", "OutputParserException", "TypeError", "ValueError", "KeyError",
            "OSError", "ConnectionError"}  # fmt: skip

@@ -1,4 +1,4 @@
-"""Crash leftovers are removed; removed feedback leaves nothing behind (issue 13, point 3)."""
+"""Crash leftovers are removed; removed feedback leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_sigkill_during_save_loop_leaves_an_openable_folder_and_no_removed_text(
 ) -> None:
     """A process aligning, unaligning and copy-saving in a loop is killed at random points."""
     folder = tmp_path / "mem"
-    tests = str(Path(__file__).resolve().parents[1])
+    tests = str(Path(__file__).resolve().parents[2])
     code = _WORKER.format(tests=tests, folder=str(folder))
     rng = np.random.default_rng(13)
     kills, opened = 0, 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-_TESTS_DIR = str(Path(__file__).resolve().parents[1])
+_TESTS_DIR = str(Path(__file__).resolve().parents[2])
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
@@ -19,7 +19,7 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "annotation_queue_loop.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "annotation_queue_loop.py"
 
 
 def load_example() -> ModuleType:

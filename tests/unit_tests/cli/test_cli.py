@@ -30,7 +30,7 @@ from langchain_memalign.cli.parser import build_parser
 from langchain_memalign.cli.progress import Progress, ascii_curve
 from langchain_memalign.cli.show import memory_summary
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 CONFIG = '''\
 name = "helpfulness"

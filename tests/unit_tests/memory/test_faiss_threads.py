@@ -15,7 +15,7 @@ from conftest import HOURS, RUDE, SWEATER
 from langchain_memalign.memory import episodic
 from langchain_memalign.memory.episodic import EpisodicIndex
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 
 
 def _use_a_judge(make_judge: Any) -> None:

@@ -1,6 +1,6 @@
 """Hypothesis fault injection: provider failures at any point of align and unalign.
 
-The properties (issue 13, "0 undocumented exceptions and 0 partial writes"): every call
+The properties (no undocumented exception and no partial write): every call
 either succeeds, or raises one of the package's documented errors; an `AlignFailedError`
 leaves the memory exactly as before the call; the memory's invariants hold after every
 call. Sized for CI; `MEMALIGN_FUZZ_EXAMPLES` scales it up.

@@ -1,4 +1,4 @@
-"""Numbers read from a folder are bounded; true/false is no score on a numeric scale (point 6)."""
+"""Numbers read from a folder are bounded; true/false is no score on a numeric scale ."""
 
 from __future__ import annotations
 

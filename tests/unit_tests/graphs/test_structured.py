@@ -1,3 +1,7 @@
+"""StructuredCaller: a verdict by tool call, salvaged from JSON in text, or in text mode;
+unusable output (off the schema, or refused by a check) is retried with the error, and
+gives a clear MalformedOutputError once the retries are spent; the async twin."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""A corrupt folder raises MemoryFormatError naming the problem (issue 13, point 7)."""
+"""A corrupt folder raises MemoryFormatError naming the problem."""
 
 from __future__ import annotations
 
