@@ -117,11 +117,14 @@ class FewShotJudge(Runnable[dict[str, Any], dict[str, Any]]):
         examples: list[Feedback],
         episode_max_chars: int,
         retries: int = 2,
+        style: str = "turns",
+        score_first: bool | None = None,
     ) -> None:
         self.name = name
+        self.style = style
         # The package's verdict_order="auto": a numeric scale asks for the score first, so
         # few-shot and ours are asked in the same order (the seventh session's finding).
-        self.score_first = scale.kind == "numeric"
+        self.score_first = scale.kind == "numeric" if score_first is None else score_first
         self.instructions = instructions
         self.scale = scale
         self.episode_max_chars = episode_max_chars
@@ -143,7 +146,7 @@ class FewShotJudge(Runnable[dict[str, Any], dict[str, Any]]):
         case = {k: input.get(k) for k in ("inputs", "outputs", "reference_outputs")}
         messages = judge_messages(
             self.instructions, self.scale, case, [], self.examples, self.episode_max_chars,
-            score_first=self.score_first,
+            self.style, score_first=self.score_first,  # type: ignore[arg-type]
         )  # fmt: skip
         verdict, _ = self.caller.invoke(messages, config)
         return {

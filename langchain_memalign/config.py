@@ -155,17 +155,25 @@ class JudgeConfig(BaseModel):
         default=64, ge=0, le=10_000,
         description="Most judge calls one align spends grading seen cases for calibration.",
     )  # fmt: skip
+    reflection: Literal["pairs", "batch"] = Field(
+        default="batch",
+        description="What reflection reads: 'pairs', each feedback item beside the most "
+        "similar case graded otherwise (one call a pair); 'batch', the feedback in "
+        "batches of `reflect_batch_size` (one call a batch).",
+    )
     reflect_contrast: int = Field(
         default=4, ge=0, le=32,
         description="Stored cases with other scores shown beside each reflection batch, so "
         "the model can say when a rule applies.",
     )  # fmt: skip
-    judge_prompt: Literal["turns", "checklist", "plain"] = Field(
-        default="turns",
-        description="How the working memory is laid out. 'turns': guidelines in the system "
-        "message, each past case a user turn answered by the expert's verdict; 'checklist': "
-        "a memory block before the case, and the judge names the guidelines whose condition "
-        "the case meets before scoring; 'plain': the same block, a short rationale.",
+    judge_prompt: Literal["turns", "checklist", "plain", "block", "block_tags", "block_user"] = (
+        Field(
+            default="turns",
+            description="How the working memory is laid out. 'turns': guidelines in the system "
+            "message, each past case a user turn answered by the expert's verdict; 'checklist': "
+            "a memory block before the case, and the judge names the guidelines whose condition "
+            "the case meets before scoring; 'plain': the same block, a short rationale.",
+        )
     )
     verdict_order: Literal["auto", "score_first", "rationale_first"] = Field(
         default="auto",

@@ -112,6 +112,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         calibrate_max_calls: Most judge calls one align spends on calibration.
         reflect_contrast: Stored cases with other scores shown beside each
             reflection batch.
+        reflection: What reflection reads: `"pairs"` or `"batch"` (`JudgeConfig.reflection`).
         judge_prompt: `"turns"` (default), `"checklist"` or `"plain"`
             (`JudgeConfig.judge_prompt`).
         pairwise_mode: How a pairwise judge compares two outputs: `"separate"`
@@ -156,7 +157,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         calibrate_scores: bool = True,
         calibrate_max_calls: int = 64,
         reflect_contrast: int = 4,
-        judge_prompt: Literal["turns", "checklist", "plain"] = "turns",
+        reflection: Literal["pairs", "batch"] = "batch",
+        judge_prompt: Literal[
+            "turns", "checklist", "plain", "block", "block_tags", "block_user"
+        ] = "turns",
         pairwise_mode: Literal["separate", "both_orders", "one_order"] = "separate",
         verdict_order: Literal["auto", "score_first", "rationale_first"] = "auto",
     ) -> None:
@@ -184,6 +188,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             calibrate_scores=calibrate_scores,
             calibrate_max_calls=calibrate_max_calls,
             reflect_contrast=reflect_contrast,
+            reflection=reflection,
             judge_prompt=judge_prompt,
             pairwise_mode=pairwise_mode,
             verdict_order=verdict_order,

@@ -166,6 +166,10 @@ class RoleResponder:
                 if m:
                     out.append({"text": f"Rule: {m.group(1).strip()}", "source_ids": [fid]})
             return {"guidelines": out}
+        if role == "pair":
+            # The rule of a contrast pair: the first stated rationale, as a rule.
+            m = re.search(r"Expert rationale: (.*)", human)
+            return {"rule": f"Rule: {m.group(1).strip()}" if m else ""}
         if role == "rederive":
             ids = feedback_ids_in(human)
             return {"text": "Rule restated from " + ", ".join(ids) if ids else ""}
@@ -181,7 +185,7 @@ class RoleResponder:
         if system.startswith("You are an expert evaluator"):
             return "judge"
         if "grading rules of a team of experts" in system:
-            return "reflect"
+            return "pair" if '{"rule"' in system else "reflect"
         if "been withdrawn" in system:
             return "rederive"
         if "grown too long" in system:

@@ -117,10 +117,15 @@ def cmd_align(ctx: Context) -> int:
     try:
         if items:
             reports: list[AlignReport] = []
-            with ctx.progress(len(items), "aligning") as bar:
-                for chunk in chunks(items, args.batch_size):
-                    reports.append(judge.align(chunk, raise_on_failure=False))
-                    bar.advance(len(chunk))
+            done = 0
+            for chunk in chunks(items, args.batch_size):
+                # Each align names its steps as they run (reflect, validate, ...): an
+                # item count would stay at 0% for as long as they take.
+                label = f"aligning {done + 1}-{done + len(chunk)} of {len(items)}"
+                with ctx.align_steps(label) as steps:
+                    config = RunnableConfig(callbacks=[steps]) if steps is not None else None
+                    reports.append(judge.align(chunk, config, raise_on_failure=False))
+                done += len(chunk)
             total = AlignReport.merge(reports)
             out["files"] = total
             failed, errors = total.failed, total.errors

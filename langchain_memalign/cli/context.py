@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from langchain_memalign.cli.judge_file import (
     Models,
     build_models,
 )
-from langchain_memalign.cli.progress import Progress
+from langchain_memalign.cli.progress import AlignSteps, Progress
 from langchain_memalign.errors import (
     EmbeddingMismatchError,
     MemoryFormatError,
@@ -49,6 +50,12 @@ class Context:
     def progress(self, total: int, label: str) -> Progress:
         """A progress bar as `--progress` asks."""
         return Progress(total, label, enabled=self.args.progress)
+
+    def align_steps(self, label: str) -> AbstractContextManager[AlignSteps | None]:
+        """Lines naming each align step as it runs, unless `--no-progress`."""
+        if self.args.progress is False:
+            return nullcontext(None)
+        return AlignSteps(label)
 
     def judge(self, *, create: bool = False, in_process: bool = False) -> MemAlignJudge:
         """The judge of the file, on its memory folder (or a fresh in-process memory)."""

@@ -115,6 +115,7 @@ class JudgeFile(BaseModel):
     validate_max_calls: int | None = None
     calibrate_scores: bool | None = None
     calibrate_max_calls: int | None = None
+    reflection: str | None = None
     reflect_contrast: int | None = None
     judge_prompt: str | None = None
     pairwise_mode: str | None = None

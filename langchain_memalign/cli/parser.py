@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=32,
         metavar="N",
-        help="feedback items per align call; progress is shown per batch (default: 32)",
+        help="feedback items per align call; each call names its steps as they run (default: 32)",
     )
     p.add_argument("--json", action="store_true", help="print the align report as JSON")
     _common(p)

@@ -6,7 +6,11 @@ import math
 import sys
 import threading
 import time
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
 
 # -- progress ----------------------------------------------------------------------------------
 
@@ -94,6 +98,122 @@ class Progress:
         self._draw(end="\n")
 
     def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AlignSteps(BaseCallbackHandler):
+    """Says which step of an align runs, as it runs: its start, its model calls, its end.
+
+    An align's time goes to steps whose length is not known in advance (reflection,
+    validation's judge calls, calibration), so a count of feedback items stays at 0% for
+    minutes; this names the step and counts its model calls instead. Steps are the
+    align and unalign graphs' nodes, told apart by LangGraph's `langgraph_node`
+    metadata, which their model calls inherit. Lines go to `stream` when a step starts
+    and ends, and every `interval` seconds while one runs.
+    """
+
+    # Steps worth a line: the ones that call a model or write the memory.
+    STEPS = ("reflect", "merge", "validate", "calibrate", "consolidate", "forget")
+
+    def __init__(self, label: str, *, stream: TextIO | None = None, interval: float = 10.0):
+        super().__init__()
+        self.label = label
+        self.stream = stream or sys.stderr
+        self._lock = threading.Lock()
+        self._runs: dict[UUID, str] = {}
+        self._active: dict[str, int] = {}  # step -> runs of it in flight
+        self._calls: dict[str, int] = {}
+        self._started: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(
+            target=self._tick, args=(interval,), name="memalign-steps", daemon=True
+        )
+        self._ticker.start()
+
+    @staticmethod
+    def _step(metadata: Mapping[str, Any] | None) -> str | None:
+        node = (metadata or {}).get("langgraph_node")
+        return node if node in AlignSteps.STEPS else None
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A step starts when the node's own run starts (not the runs nested in it)."""
+        step = self._step(metadata)
+        if step is None or kwargs.get("name") != step:
+            return
+        with self._lock:
+            self._runs[run_id] = step
+            first = not self._active.get(step)
+            self._active[step] = self._active.get(step, 0) + 1
+            if first:
+                self._started[step] = time.monotonic()
+                self._calls[step] = 0
+                self._write(f"{step}...")
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """A step ends when the last of its runs (one per reflection batch) ends."""
+        self._end(run_id, "done")
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """A step that raised ends too."""
+        self._end(run_id, "failed")
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any] | None,
+        messages: Any,
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Count a model call to the step it runs in."""
+        step = self._step(metadata)
+        if step is not None:
+            with self._lock:
+                self._calls[step] = self._calls.get(step, 0) + 1
+
+    def _end(self, run_id: UUID, how: str) -> None:
+        with self._lock:
+            step = self._runs.pop(run_id, None)
+            if step is None:
+                return
+            self._active[step] -= 1
+            if self._active[step] == 0:
+                self._write(f"{step} {how} ({self._summary(step)})")
+
+    def _summary(self, step: str) -> str:
+        secs = int(time.monotonic() - self._started[step])
+        calls = self._calls.get(step, 0)
+        return f"{calls} model call{'' if calls == 1 else 's'}, {secs // 60}:{secs % 60:02d}"
+
+    def _tick(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            with self._lock:
+                for step, n in self._active.items():
+                    if n:
+                        self._write(f"{step} ({self._summary(step)} so far)")
+
+    def _write(self, text: str) -> None:
+        self.stream.write(f"{self.label}: {text}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Stop the periodic lines."""
+        self._stop.set()
+        self._ticker.join()
+
+    def __enter__(self) -> AlignSteps:
         return self
 
     def __exit__(self, *exc: object) -> None:

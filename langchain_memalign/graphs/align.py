@@ -42,6 +42,7 @@ from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.forget import ForgetStep
 from langchain_memalign.graphs.prompts import (
     consolidate_messages,
+    pair_messages,
     reflect_messages,
 )
 from langchain_memalign.graphs.provenance import (
@@ -53,6 +54,7 @@ from langchain_memalign.graphs.provenance import (
 from langchain_memalign.graphs.schemas import (
     Consolidation,
     Rederived,
+    Rule,
     reflection_schema,
 )
 from langchain_memalign.graphs.structured import StructuredCaller
@@ -92,7 +94,12 @@ class AlignState(TypedDict, total=False):
     """State of one alignment."""
 
     to_store: list[Feedback]
+    # The feedback reflected on in this align (new, changed and pending items with a
+    # rationale), and the batches (or contrast pairs) it is reflected in.
+    to_reflect: list[Feedback]
     batches: list[list[Feedback]]
+    # Case vectors already computed for this align, by feedback id: (text hash, vector).
+    case_vectors: dict[str, tuple[str, Any]]
     reflections: Annotated[list[ReflectionResult], operator.add]
     usages: Annotated[list[Usage], operator.add]
     failed: Annotated[list[str], operator.add]
@@ -103,10 +110,13 @@ class AlignState(TypedDict, total=False):
     calibration: CalibrationReport
 
 
-class ReflectInput(TypedDict):
+class ReflectInput(TypedDict, total=False):
     """Input of one `reflect` task."""
 
     batch: list[Feedback]
+    # The feedback this task reflects on; the rest of the batch (a stored contrast
+    # partner) is shown, not reflected (default: the whole batch).
+    reflecting: list[str]
 
 
 class AlignNodes(ForgetStep):
@@ -135,14 +145,21 @@ class AlignNodes(ForgetStep):
 
     def route_batches(self, state: AlignState) -> list[Send] | str:
         """Fan out one `reflect` task per batch; go straight to `merge` when there is none."""
-        sends = [Send("reflect", {"batch": b}) for b in state.get("batches") or [] if b]
+        pending = {fb.id for fb in state.get("to_reflect") or []}
+        sends = [
+            Send("reflect", {"batch": b, "reflecting": [fb.id for fb in b if fb.id in pending]})
+            for b in state.get("batches") or []
+            if b
+        ]
         return sends or "merge"
 
     def reflect(self, state: ReflectInput, config: RunnableConfig) -> dict[str, Any]:
-        """Distill guidelines from one batch of feedback."""
+        """Distill guidelines from one batch of feedback, or the rule of one contrast pair."""
         batch = state["batch"]
         ids = [fb.id for fb in batch]
         cfg = self.memory.config
+        if cfg.reflection == "pairs":
+            return self._reflect_pair(batch, state.get("reflecting") or ids, config)
         contrast, existing, max_chars = fit_reflection(
             batch, self._contrast(batch), self.memory.guidelines, cfg.episode_max_chars
         )
@@ -171,6 +188,35 @@ class AlignNodes(ForgetStep):
             proposals.append(Proposal(p.text, sources or citable, p.existing_id))
         result = ReflectionResult(ids, proposals, shown_ids=citable)
         return {"reflections": [result], "usages": [usage]}
+
+    def _reflect_pair(
+        self, group: list[Feedback], ids: list[str], config: RunnableConfig
+    ) -> dict[str, Any]:
+        """The rule behind one contrast pair (`graphs.pairs`), citing both cases.
+
+        `ids`: the feedback of the pair being reflected on (a stored partner is not).
+        """
+        cfg = self.memory.config
+        cited = [fb.id for fb in group]
+        messages = pair_messages(cfg.instructions, cfg.scale, group, cfg.episode_max_chars)
+        caller = StructuredCaller(
+            self.reflection_model, Rule, what="reflection", retries=cfg.max_retries
+        )
+        try:
+            out, usage = caller.invoke(messages, config)
+        except Exception as e:  # recorded and retried later, never dropped
+            return {
+                "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],
+                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
+                "failed": ids,
+                "errors": [f"reflection on feedback {ids} failed: {e}"],
+            }
+        text = " ".join(out.rule.split())
+        proposals = [Proposal(text, cited, "")] if text else []
+        return {
+            "reflections": [ReflectionResult(ids, proposals, shown_ids=cited)],
+            "usages": [usage],
+        }
 
     def _contrast(self, batch: Sequence[Feedback]) -> list[Feedback]:
         """Stored cases with rationales and other scores than the batch's, newest first.
@@ -235,14 +281,24 @@ class AlignNodes(ForgetStep):
         hashes = {fid: mem.text_hash(t) for fid, t in texts.items()}
         to_embed = [fid for fid in texts if stored.get(fid, (0, ""))[1] != hashes[fid]]
         usage = Usage()
+        # Vectors embedded earlier in this align (to find contrast pairs) are reused.
+        known_vectors = {
+            fid: vec
+            for fid, (h, vec) in (state.get("case_vectors") or {}).items()
+            if fid in hashes and hashes[fid] == h
+        }
+        fresh = [fid for fid in to_embed if fid not in known_vectors]
         all_texts = (
-            [texts[f] for f in to_embed]
+            [texts[f] for f in fresh]
             + proposal_texts
             + [cast(str, known[s].rationale) for s in rationale_ids]
         )
         vectors = mem.embed(all_texts, usage) if all_texts else np.zeros((0, 0), np.float32)
-        n_ep, n_prop = len(to_embed), len(proposal_texts)
-        episode_vectors = dict(zip(to_embed, vectors[:n_ep], strict=True))
+        n_ep, n_prop = len(fresh), len(proposal_texts)
+        episode_vectors = {
+            **{fid: known_vectors[fid] for fid in to_embed if fid in known_vectors},
+            **dict(zip(fresh, vectors[:n_ep], strict=True)),
+        }
         proposal_vectors = dict(zip(proposal_texts, vectors[n_ep : n_ep + n_prop], strict=True))
         rationale_vectors = dict(zip(rationale_ids, vectors[n_ep + n_prop :], strict=True))
 

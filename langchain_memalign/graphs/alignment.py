@@ -26,6 +26,7 @@ from langchain_memalign.errors import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
+from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.memory.calibration import MAX_LEVELS, calibrates
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
@@ -109,8 +110,19 @@ class AlignmentRun:
             pending = [i for i in mem.store.pending_reflection() if i not in fresh]
             to_reflect = [fb for fb in added + updated if fb.rationale]
             to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
-            batches = mixed_batches(to_reflect, mem.config.reflect_batch_size)
-            state: AlignState = {"to_store": added + updated, "batches": batches}
+            state: AlignState = {"to_store": added + updated, "to_reflect": to_reflect}
+            if mem.config.reflection == "pairs" and to_reflect:
+                # Each item beside the most similar case graded otherwise; the vectors
+                # are the ones `merge` stores, embedded once.
+                texts = [mem.case_text(fb.inputs, fb.outputs) for fb in to_reflect]
+                vectors = mem.embed(texts, usage)
+                state["batches"] = contrast_groups(mem, to_reflect, vectors)
+                state["case_vectors"] = {
+                    fb.id: (mem.text_hash(t), v)
+                    for fb, t, v in zip(to_reflect, texts, vectors, strict=True)
+                }
+            else:
+                state["batches"] = mixed_batches(to_reflect, mem.config.reflect_batch_size)
             out = self.graph.invoke(state, config)
             after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
         report = AlignReport(

@@ -74,9 +74,8 @@ class ForgetStep:
 
         A guideline whose every source is among `ids` is removed. One with
         other sources stays as it is, citing only those, when their rationales
-        support it (the embedding test of `provenance`, no model call: the
-        1.5B model we measure with answered "nothing supports it" for a rule
-        two remaining rationales stated word for word); otherwise it is
+        support it (the embedding test of `provenance`, no model call: a model
+        asked may wrongly say that nothing supports it); otherwise it is
         re-distilled from the remaining feedback alone, and removed when
         nothing remaining supports it. With `delete`, the feedback and its
         episodes are removed too (unalign); without, only the guidelines are

@@ -54,6 +54,12 @@ def reflection_schema(batch_ids: Sequence[str]) -> type[Reflection]:
     )
 
 
+class Rule(BaseModel):
+    """The one rule behind a contrast pair; empty if the reasons state none."""
+
+    rule: GuidelineText = Field(description="One general grading rule, or an empty string.")
+
+
 class Rederived(BaseModel):
     """A guideline restated from its remaining sources; empty if none support it."""
 

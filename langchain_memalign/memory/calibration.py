@@ -1,17 +1,10 @@
 """Score calibration: the score the experts give where the judge gives a score.
 
-On an integer scale a small judge has habits the experts do not share. On prometheus
-(1-5) the local 1.5B judge never said 2, and the seen cases it scored 3 the experts had
-mostly scored 2 or 1; the ones it scored 1 (a refusal to grade, often) they had mostly
-scored 4. A guideline does not change such a habit, and past cases are shown to it only
-as near duplicates (their scores are copied otherwise: `config.default_floor`). What
-does is to learn the habit from the seen cases: each is graded as if unseen (its own
-past case left out), and the pair (the judge's score, the expert's) is kept. A score the
-judge gives is then replaced by the one the experts most often gave where the judge gave
-it, when enough seen cases say so. Fitted on one seed's test judgments and applied to
-the other's, this moved the unaligned judge from 0.35 and 0.37 to 0.45 and 0.45 on
-prometheus, while on bool, categorical and pairwise sets it changed nothing or lost
-(docs/benchmarks.md, fifteenth session): it is for integer scales only.
+On an integer scale a judge can have scoring habits the experts do not share, which no
+guideline changes. Seen cases graded as if unseen (each one's own past case left out)
+give pairs (the judge's score, the expert's); a score the judge gives is then replaced by
+the one the experts most often gave where the judge gave it, when enough seen cases say
+so. Integer scales only (docs/decisions.md#score-calibration-on-integer-scales).
 
 Each pair names its feedback, so unaligning that feedback removes the pair, and the
 calibration is refitted from the rest whenever it is read.

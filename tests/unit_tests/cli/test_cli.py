@@ -271,11 +271,22 @@ def test_aligning_again_changes_nothing(env: Env) -> None:
     assert len(env.model.calls) == calls
 
 
-def test_align_in_batches_with_a_progress_bar(env: Env) -> None:
+def test_align_in_batches_names_each_step_as_it_runs(env: Env) -> None:
     env.created()
     code, out, err = env.run("align", env.feedback, "--batch-size", "2", "--progress")
     assert code == EXIT_OK and "3 added" in out
-    assert "aligning [" in err and "3/3 100%" in err
+    lines = err.splitlines()
+    # Each batch's steps start and end in order, with the model calls each made.
+    first = [ln for ln in lines if ln.startswith("aligning 1-2 of 3: ")]
+    assert first[0] == "aligning 1-2 of 3: reflect..."
+    assert "aligning 1-2 of 3: reflect done (1 model call, 0:00)" in first
+    assert first.index("aligning 1-2 of 3: merge...") > first.index(
+        "aligning 1-2 of 3: reflect done (1 model call, 0:00)"
+    )
+    assert any(ln.startswith("aligning 1-2 of 3: validate done (") for ln in first)
+    assert any(ln.startswith("aligning 3-3 of 3: reflect done (1 model call") for ln in lines)
+    code, _, err = env.run("align", env.feedback, "--no-progress")
+    assert code == EXIT_OK and "aligning" not in err
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,93 @@
+"""Contrast-pair reflection: each feedback item beside the most similar case graded otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import fb
+
+from langchain_memalign.graphs.pairs import contrast_groups
+
+# Two refund questions (graded apart), two shipping questions (graded apart), one more
+# shipping question graded like its nearest neighbour.
+REFUND_BAD = fb(
+    "refund-bad",
+    "I want a refund for my broken kettle",
+    "Refunds take 5 days.",
+    False,
+    "Cold: an upset customer gets an apology first.",
+)
+REFUND_OK = fb(
+    "refund-ok",
+    "I want a refund for my broken toaster",
+    "Sorry about the toaster! Refunds take 5 days.",
+    True,
+    "Apologises, then answers.",
+)
+SHIP_BAD = fb(
+    "ship-bad", "Where is my parcel shipping status", "Check the site.", False, "Too curt."
+)
+SHIP_OK = fb(
+    "ship-ok",
+    "Where is my parcel shipping status today",
+    "It left the depot today.",
+    True,
+    "Direct and specific.",
+)
+
+
+def groups_of(judge: Any, items: list[Any]) -> list[list[str]]:
+    mem = judge.memory
+    vectors = mem.embed([mem.case_text(f.inputs, f.outputs) for f in items])
+    return [[f.id for f in g] for g in contrast_groups(mem, items, vectors)]
+
+
+def test_each_item_meets_its_nearest_case_with_another_score(make_judge: Any) -> None:
+    groups = groups_of(make_judge(), [REFUND_BAD, SHIP_BAD, REFUND_OK, SHIP_OK])
+    assert sorted(map(sorted, groups)) == [["refund-bad", "refund-ok"], ["ship-bad", "ship-ok"]]
+
+
+def test_an_item_with_no_case_of_another_score_stands_alone(make_judge: Any) -> None:
+    assert groups_of(make_judge(), [REFUND_BAD, SHIP_BAD]) == [["refund-bad"], ["ship-bad"]]
+
+
+def test_partners_come_from_stored_memory_too(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([REFUND_OK])
+    assert groups_of(judge, [REFUND_BAD]) == [["refund-bad", "refund-ok"]]
+
+
+def test_pairwise_cases_are_reflected_alone(make_judge: Any) -> None:
+    judge = make_judge(scale="pairwise")
+    a = fb("a", "q", {"a": "x", "b": "y"}, "A", "A is kind.")
+    b = fb("b", "q", {"a": "y", "b": "x"}, "B", "B is kind.")
+    assert groups_of(judge, [a, b]) == [["a"], ["b"]]
+
+
+def test_align_reflects_once_per_pair_and_cites_both_cases(
+    make_judge: Any, responder: Any, embeddings: Any
+) -> None:
+    judge = make_judge(reflection="pairs")
+    before = embeddings.calls
+    report = judge.align([REFUND_BAD, SHIP_BAD, REFUND_OK, SHIP_OK])
+    assert responder.roles.count("pair") == 2 and "reflect" not in responder.roles
+    assert report.usage.llm_calls == 2
+    # The cases are embedded once, to find the pairs; storing them reuses those vectors.
+    assert embeddings.calls - before == 2  # cases, then the guideline texts
+    sources = sorted(sorted(g.source_ids) for g in judge.guidelines)
+    assert sources == [["refund-bad", "refund-ok"], ["ship-bad", "ship-ok"]]
+    assert "Rule: Cold: an upset customer gets an apology first." in {
+        g.text for g in judge.guidelines
+    }
+
+
+def test_a_stored_partner_is_shown_but_not_reflected_again(
+    make_judge: Any, model: Any, responder: Any
+) -> None:
+    judge = make_judge(reflection="pairs")
+    judge.align([REFUND_OK])
+    judge.align([REFUND_BAD])
+    assert responder.roles.count("pair") == 2  # one for each align
+    prompt = model.calls[-1][1].content
+    assert 'id="refund-bad"' in prompt and 'id="refund-ok"' in prompt
+    assert judge.memory.store.pending_reflection() == []
