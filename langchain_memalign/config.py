@@ -16,20 +16,10 @@ FLOORS = ("min_episode_similarity", "min_episode_similarity_with_rationale")
 def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None:
     """The similarity floor for past cases when none is given: by the kind of scale.
 
-    Past cases are shown only when they are near duplicates (0.9): a small judge copies
-    the verdicts and scores it is shown whether or not the cases are alike. Except, on a
-    bool scale, past cases that carry the expert's rationale (`with_rationale`): a
-    pass/fail verdict with its reason is a worked example of the rule the experts apply.
-    Showing the k nearest of them, the local judge graded all six seen support-apology
-    cases as the experts did in three repeats out of three (5/6 each time with the 0.9
-    floor), and a pass/fail version of feedbackqa stopped collapsing to "false"
-    (docs/benchmarks.md, eighth session). On feedbackqa's four ratings the same spread
-    the verdicts without making them right; pairwise sets had no rationales to try.
-    Numeric scales showed the k nearest too until the judge gave its score first: then,
-    on prometheus (1-5), the same memory judged with the 0.9 floor had error 1.15
-    against 1.33 and accuracy 0.37 against 0.23, at half the tokens, and every run with
-    the k nearest shown had trailed the unaligned judge (docs/benchmarks.md, tenth
-    session).
+    Past cases are shown only when they are near duplicates (0.9), since a small judge
+    copies the verdicts it is shown whether or not the cases are alike; on bool scales
+    past cases with a rationale are shown at any similarity, as worked examples of the
+    rule (docs/decisions.md#past-cases-the-similarity-floor).
     """
     if with_rationale and scale.kind == "bool":
         return None
@@ -48,29 +38,19 @@ class JudgeConfig(BaseModel):
     k: int = Field(default=5, ge=0, description="Episodes retrieved per judgment.")
     min_episode_similarity: float | None = Field(
         default=0.9, ge=-1.0, le=1.0,
-        description="Cosine similarity below which a retrieved past case is left out of "
-        "the judge prompt. Default (or \"auto\"): 0.9 on every scale. A small judge "
-        "model copies the verdicts and scores of the past cases it is shown, related or "
-        "not (on prometheus, 1-5, showing the k nearest moved the local judge's error "
-        "from 1.15 to 1.33; docs/benchmarks.md), and on the team's four data sets a "
-        "case's nearest other case agrees with its verdict no more often than chance "
-        "unless it is a near duplicate (same question: similarity >= 0.9 with MiniLM; "
-        "benchmarks/neighbour_labels.py). A case the experts graded retrieves itself at "
-        "~1.0 and is always kept. None shows the k nearest whatever their similarity. "
-        "Applies to past cases without a rationale; those with one have "
+        description="Cosine similarity below which a retrieved past case without a "
+        "rationale is left out of the judge prompt. Default (or \"auto\"): 0.9, near "
+        "duplicates only, since a small judge copies the verdicts it is shown; a case the "
+        "experts graded retrieves itself at ~1.0 and is always kept. None shows the k "
+        "nearest whatever their similarity. Past cases with a rationale have "
         "`min_episode_similarity_with_rationale`.",
     )  # fmt: skip
     min_episode_similarity_with_rationale: float | None = Field(
         default=0.9, ge=-1.0, le=1.0,
-        description="The floor for past cases that carry the expert's rationale, which "
-        "say why the verdict was given (`min_episode_similarity` is the floor for the "
-        "others, bare verdicts). Default (or \"auto\"): None (the k nearest, however "
-        "far) on bool scales, 0.9 on numeric, categorical and pairwise ones. On a bool "
-        "scale a verdict with its reason is a worked example: shown, they made the local "
-        "judge grade support-apology's seen cases as the experts did more often and kept a "
-        "pass/fail version of feedbackqa from collapsing to one verdict; on feedbackqa's "
-        "four ratings they spread the verdicts without making them right "
-        "(docs/benchmarks.md).",
+        description="The floor for past cases that carry the expert's rationale. Default "
+        "(or \"auto\"): None (the k nearest, however far) on bool scales, where a verdict "
+        "with its reason is a worked example of the rule; 0.9 on numeric, categorical and "
+        "pairwise scales.",
     )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",
@@ -106,7 +86,7 @@ class JudgeConfig(BaseModel):
         '(another answer to the same question). With `embed="inputs"` they are retrieved '
         "at similarity 1.0, as the case itself is, so no floor leaves them out; their "
         "verdict belongs to another answer. False leaves them out of judgments and of "
-        "validation (measured on prometheus: docs/benchmarks.md).",
+        "validation.",
     )
     reuse_expert_verdicts: bool = Field(
         default=True,
@@ -121,8 +101,8 @@ class JudgeConfig(BaseModel):
         default=0.4, ge=-1.0, le=1.0,
         description="Cosine similarity between a guideline and a cited feedback's rationale "
         "below which that feedback is not counted as a source (a guideline left with no "
-        "source is rejected). Tuned on MiniLM, where rationales that state a rule score "
-        "0.75-0.9 against it and unrelated ones 0.25-0.4. None trusts the model's citations.",
+        "source is rejected). The value suits MiniLM-like embeddings. None trusts the "
+        "model's citations.",
     )  # fmt: skip
     validate_guidelines: Literal["off", "sources", "all"] = Field(
         default="sources",
@@ -178,11 +158,9 @@ class JudgeConfig(BaseModel):
     verdict_order: Literal["auto", "score_first", "rationale_first"] = Field(
         default="auto",
         description="Which the judge writes first, its score or its rationale. 'auto' "
-        "(the default): the score first on numeric scales, the rationale first on the "
-        "others. Chosen by measurement on the local 1.5B model (docs/benchmarks.md): "
-        "reasoning first, it scored prometheus' 1-5 cases mostly 1 or 5 and its error fell "
-        "from 1.70 to 1.35 with the score first; on halubench's true/false cases the score "
-        "first made it answer false to 59 of 60. The 'checklist' prompt always reasons "
+        "(the default): the score first on numeric scales, where reasoning first drives a "
+        "small judge to the ends of the scale; the rationale first on the others, where "
+        "the score first collapses the verdicts. The 'checklist' prompt always reasons "
         "first.",
     )
     pairwise_mode: Literal["separate", "both_orders", "one_order"] = Field(
@@ -190,10 +168,9 @@ class JudgeConfig(BaseModel):
         description="Pairwise scales, how the two outputs are compared. 'separate': rate "
         "each output alone from 1 to 10 and compare the ratings (equal is a tie), so no "
         "output is ever shown first; 'both_orders': judge them as given and swapped and "
-        "reconcile (disagreement is a tie); 'one_order': one call, as given. Chosen by "
-        "measurement: on pandalm the local 1.5B model mostly prefers the response it reads "
-        "first, and 'both_orders' answered tie to 90% of a balanced set "
-        "(docs/benchmarks.md).",
+        "reconcile (disagreement is a tie); 'one_order': one call, as given. 'separate' is "
+        "the default because a judge that prefers whichever output it reads first ties "
+        "nearly every case in 'both_orders'.",
     )
 
     @property

@@ -381,11 +381,9 @@ class AlignNodes(ForgetStep):
     ) -> list[tuple[tuple[str, ...], float]]:
         """The `n` topics nearest `vector`, best first: (feedback ids, cosine).
 
-        Cases embedded from the same text are one topic: with `embed="inputs"`, several
-        answers to one question (prometheus has three to five) get one vector, so a
-        guideline about that question was as close to each of them as to the next and
-        passed the gap test ("The implementation is correct, using Python's `re`
-        module ...", three cases at 0.80, kept at 50 items). `new`: vectors of cases being
+        Cases embedded from the same text (several answers to one question, with
+        `embed="inputs"`) are one topic, so a guideline about that question does not
+        pass the gap test. `new`: vectors of cases being
         stored; `hashes`: their embedded texts' hashes.
         """
         mem = self.memory

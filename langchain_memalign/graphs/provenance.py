@@ -1,9 +1,9 @@
 """Checks on what reflection proposes: whether it is a rule, and which feedback supports it.
 
-A small model's list of `source_ids` is not evidence: measured on the local 1.5B model,
-it cited whole batches, calm customers included, for a rule about upset ones. These
-checks are deterministic, cost no model call, and run on vectors that alignment embeds
-anyway (one embedding call per alignment).
+A model's list of `source_ids` is not evidence: these checks keep only the sources whose
+rationale supports a guideline and reject case summaries, deterministically, with no
+model call, on vectors that alignment embeds anyway (one embedding call per alignment;
+docs/decisions.md#provenance-and-topic-checks-on-proposed-guidelines).
 """
 
 from __future__ import annotations
@@ -49,11 +49,9 @@ def restates_case(
     - repeats `COPIED_RUN` words in a row of one source's inputs or outputs, or a number
       that appears in that case: details of one case do not generalize;
     - ends in the "..." that marks a text the prompt cut (or holds the "[...]" of a
-      middle cut): asked to keep the experts' own words, the local 1.5B model copied a
-      cut rationale whole ("Annotator 2 (Bad): This answer has noth...");
-    - copies a remark from the rationale of a source, or of any feedback in `shown` (what
-      the proposal's author was shown: the local model cited a case about visiting a lab
-      for a remark copied from one about a childcare package). A rule quoted from the
+      middle cut): a cut rationale copied whole;
+    - copies a remark from the rationale of a source, or of any feedback in `shown`
+      (everything the proposal's author was shown, cited or not). A rule quoted from the
       experts is one sentence ("Replies to upset customers must start by apologizing.");
       a remark is two or more copied sentences ("Annotator 1 (Bad): There isn't a lot of
       information here. There is nothing in the answer about checking with the
@@ -83,10 +81,8 @@ def restates_case(
     return False
 
 
-# Kept on feedbackqa at 50 items (seed 1), one copied sentence each and so past the
-# two-sentence check: "Annotator 1 (Bad): This answer does not address the question at
-# all." Validation then "confirmed" such a remark on its own source, whose verdict it
-# names. Only "this": "that" also starts relative clauses ("an answer that ...").
+# A rule speaks of a kind of case; "this answer" points at one. Only "this": "that"
+# also opens relative clauses ("an answer that ...").
 _POINTS_AT_ONE_CASE = re.compile(
     r"\bthis\s+(?:answer|response|reply|question|output|summary|text|case|example)\b",
     re.IGNORECASE,
@@ -124,15 +120,13 @@ def _copies_remark(text: str, rationales: Iterable[str], verdicts: Sequence[str]
         return [f" {' '.join(w)} " for w in words if len(w) >= SENTENCE_MIN_WORDS]
 
     every = said_as(sentences)
-    # One copied sentence that grades its own case, in a text that states no rule ("The
-    # implementation is correct, using Python's `re` module ... The regular expression it
-    # uses is correct ...", kept on prometheus at 50 items), is a verdict on that case. A
-    # rule word or a sentence about a kind of case ("Replies to upset customers must start
-    # by apologizing.") makes it the experts' rule in their words, and it stays.
+    # One copied sentence grading its own case, in a text with no rule word, is a verdict
+    # on that case; a rule word or a sentence about a kind of case ("Replies to upset
+    # customers must start by apologizing.") makes it the experts' rule, and it stays.
     states_no_rule = not _RULE_WORD.search(text) and all(_DEFINITE.match(s) for s in sentences)
     one_is_enough = said_as(s for s in sentences if states_no_rule and _GRADES_ITS_CASE.match(s))
-    # So is what follows a verdict header, since the header itself may be mislabelled: the
-    # local model wrote "Annotator 2 (Acceptable): ..." over a remark of annotator 1's.
+    # So is what follows a verdict header, whichever verdict it names (a header may be
+    # mislabelled).
     header = _verdict_header(verdicts)
     if header is not None:
         one_is_enough += said_as(s[m.end() :] for s in sentences if (m := header.search(s)))
@@ -167,14 +161,9 @@ def names_one_case(nearest: Sequence[tuple[T, float]]) -> T | None:
     `nearest`: (case, cosine similarity) of the stored cases nearest the guideline's
     embedding, best first; a "case" may be a group of feedback ids embedded from the
     same text (answers to one question), which the embedding cannot tell apart. A rule
-    carries to new cases; a topic does not. Measured with MiniLM on feedbackqa: "When
-    the answer refers to student workers, not agricultural workers, the score should
-    be Bad." scored 0.33 against its source case's inputs and at most 0.08 against
-    every other case; a general rule ("When the answer does not directly address the
-    question asked, ...") scored 0.08 against its source and up to 0.16 against
-    others. On a second split, copied crowd rationales scored 0.46/0.15, 0.52/0.18 and
-    0.62/0.38 (best/next), and support-apology's "Replies to upset customers must
-    open with an apology." 0.32/0.30 (a kind of case, several close).
+    carries to new cases; a topic does not: a guideline at least `TOPIC_MIN` close to one
+    case and `TOPIC_GAP` closer to it than to any other names that case's topic (values
+    for MiniLM-like embeddings).
     With fewer than two stored cases nothing can be told apart: None.
     """
     if len(nearest) < 2:
@@ -195,9 +184,8 @@ def supporting_sources(
 
     A source is kept when its rationale is similar enough to the guideline, absolutely
     (`min_similarity`, `JudgeConfig.source_support`) and relative to the best cited one
-    (`SUPPORT_RELATIVE`). Measured with MiniLM on support-apology: rationales stating the
-    rule scored 0.77-0.91 against it, a calm case's "no apology needed" 0.54, and an
-    unrelated rule of the same domain ("Check that the reply is accurate.") 0.25-0.38.
+    (`SUPPORT_RELATIVE`); the values suit MiniLM-like embeddings, where a rationale stating
+    a rule scores well above unrelated rationales of the same domain.
     Sources with no rationale cannot support a rule and are dropped. An empty result
     means no cited rationale supports the guideline.
     """

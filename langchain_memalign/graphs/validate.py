@@ -1,16 +1,15 @@
 """Validated alignment: a new guideline must not break more seen verdicts than it fixes.
 
-Measured on the local 1.5B model, a correct-looking rule ("A reply to an upset customer
-must open with an apology.") made the judge fail a calm customer and a reply that does
-open with an apology. So after `merge`, the seen cases each new guideline could affect
-(its sources, the nearest seen cases with other scores and the nearest other
-non-sources, or every seen case) are
-graded twice with the memory as it now is, expert-verdict reuse off and each case's own
-episode left out of its retrieval: once without the new guidelines and once with them.
-A guideline that breaks more expert verdicts than it fixes (with
-`JudgeConfig.validate_require_fix`, one that does not fix more than it breaks) is narrowed
-once by the reflection model and checked again, or dropped. Its breaks are graded a second
-time first, and one that does not happen again is not counted (`_unconfirmed`).
+A rule that looks right can still make the judge fail cases outside its scope
+(docs/decisions.md#validation-of-new-guidelines). So after `merge`, the seen cases each
+new guideline could affect (its sources, the nearest seen cases with other scores and
+the nearest other non-sources, or every seen case) are graded twice with the memory as
+it now is, expert-verdict reuse off and each case's own episode left out of its
+retrieval: once without the new guidelines and once with them. A guideline that breaks
+more expert verdicts than it fixes (with `JudgeConfig.validate_require_fix`, one that
+does not fix more than it breaks) is narrowed once by the reflection model and checked
+again, or dropped. Its breaks are graded a second time first, and one that does not
+happen again is not counted (`_unconfirmed`).
 
 Cost: two judge calls per case checked, two more per break confirmed, and one more call
 plus one per case for a narrowing, all capped by `JudgeConfig.validate_max_calls` in that
@@ -89,9 +88,7 @@ class GuidelineValidator:
         scores = {e.feedback_id: format_value(e.value) for e in near}
         others = [i for i in near_ids if scores[i] not in values][:NEIGHBORS_PER_GUIDELINE]
         # And the nearest cases it was not drawn from, whatever their score: where a rule
-        # is over-applied. On support-apology (seed 1) the sources held both verdicts, so
-        # no case had "another score", and the apology rule was kept without being tried
-        # on a calm customer; the judge then failed all three good replies of the test.
+        # gets over-applied (its sources may hold every score).
         beyond = [i for i in near_ids if i not in others][:NEIGHBORS_PER_GUIDELINE]
         return [*g.source_ids, *others, *beyond]
 
@@ -224,17 +221,11 @@ class GuidelineValidator:
     ) -> tuple[set[str], Usage]:
         """Broken cases whose break does not happen again when graded a second time.
 
-        The judge grades at temperature 0, but a model server that decodes several
-        requests together does not give the same verdict every time: on support-apology
-        the same alignment prompts broke the seen case `change-address` in some runs and
-        not in others; with the server shared, validation dropped the experts' apology
-        rule in two runs of three, `change-address` among its breaks both times, and in
-        one of them the only break beyond a tie. So a break that would narrow or drop a
-        guideline is graded again, without and with the new guidelines; it counts only
-        if it happens again. A case the second grading cannot grade keeps its first
-        result. Measured since (docs/benchmarks.md, fourteenth session): a break
-        happened again in the next grading once in three, and no alignment measured
-        needed the second grading, so its effect on quality is not shown.
+        A model server that decodes several requests together does not always give one
+        prompt the same verdict, even at temperature 0, so a break that would narrow or
+        drop a guideline counts only if it happens again when graded a second time; a
+        case the second grading cannot grade keeps its first result
+        (docs/decisions.md#the-second-grading-of-breaks).
         """
         if not cases:
             return set(), Usage()
@@ -265,10 +256,8 @@ class GuidelineValidator:
         text = " ".join(out.text.split())
         if not text or text == g.text:
             return None, usage
-        # The checks a proposal passes hold for its narrowing too: shown the cases, the
-        # local 1.5B model "narrowed" a prometheus rule into a summary of one of them
-        # ("The assistant was asked to ... fewer than 10 words."), which then fixed and
-        # broke nothing and was kept. No grading is spent on such a text.
+        # The checks a proposal passes hold for its narrowing too: a case summary is
+        # dropped without grading.
         if restates_case(text, [*supporting, *(feedback[b] for b in broken)], cfg.scale.choices):
             return None, usage
         candidate = g.model_copy(update={"text": text})
@@ -295,12 +284,8 @@ class GuidelineValidator:
 def _rejects(fixed: Sequence[str], broken: Sequence[str], require_fix: bool) -> bool:
     """Whether a guideline with this effect on seen cases is narrowed or dropped."""
     # By default a tie stays: a correct rule the judge already follows fixes nothing, and
-    # dropping it would lose it for the cases the check did not grade. `require_fix`
-    # trades that for a memory holding only rules with evidence: on prometheus at 50 items
-    # (seed 0) the six guidelines kept on a tie (1 fixed, 1 broken) or on nothing (0, 0)
-    # came with a judge that gave a 5 twice as often as the experts. Measured on seed 1
-    # (realigned with and without it) and on support-apology: no change beyond noise, so
-    # it is off by default (docs/benchmarks.md, twelfth session).
+    # dropping it would lose it for the cases the check did not grade; `require_fix` keeps
+    # only a guideline with a net fix (docs/decisions.md#validation-keeps-a-tie).
     if require_fix:
         return len(broken) >= len(fixed)
     return len(broken) > len(fixed)
