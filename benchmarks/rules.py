@@ -325,7 +325,8 @@ class Bench:
                            "label": bool(r["label"]), "feedback": r.get("feedback")}  # fmt: skip
         train_p.write_text("".join(json.dumps(mlrow(r)) + "\n" for r in d.train))
         # The seen cases are judged as test cases too (MLflow has no expert-verdict reuse).
-        test_p.write_text("".join(json.dumps(mlrow(r)) + "\n" for r in d.test + d.train))
+        judged = d.test + d.train if a.seen else d.test
+        test_p.write_text("".join(json.dumps(mlrow(r)) + "\n" for r in judged))
         cmd = [
             str(python), str(runner), "--train", str(train_p), "--test", str(test_p),
             "--scale-kind", "bool", "--instructions", mlflow_instructions(d.criterion),
@@ -370,7 +371,7 @@ class Bench:
             "embedding_calls": al.get("embedding_calls"),
             "guidelines": (stage.get("memory") or {}).get("guidelines"),
         }  # fmt: skip
-        return {"align": align, "test": rows(d.test), "seen": rows(d.train),
+        return {"align": align, "test": rows(d.test), "seen": rows(d.train) if a.seen else [],
                 "test_seconds": phase.get("seconds")}  # fmt: skip
 
 

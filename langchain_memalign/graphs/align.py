@@ -257,12 +257,15 @@ class AlignNodes(ForgetStep):
         known.update(mem.store.get_feedback((cited | shown_ids) - known.keys()))
         rejected: list[RejectedGuideline] = []
         candidates: list[Proposal] = []
+        pairs = mem.config.reflection == "pairs"
         for r in reflections:
             # Each proposal against what its own prompt showed: linear in the feedback.
             shown = [known[i] for i in r.shown_ids if i in known]
             for p in r.proposals:
                 cited_fb = [known[s] for s in p.source_ids if s in known]
-                if restates_case(p.text, cited_fb, mem.config.scale.choices, shown):
+                if restates_case(
+                    p.text, cited_fb, mem.config.scale.choices, shown, outputs=not pairs
+                ):
                     rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
                 else:
                     candidates.append(p)

@@ -41,8 +41,13 @@ def restates_case(
     sources: Sequence[Feedback],
     verdicts: Sequence[str] = (),
     shown: Sequence[Feedback] = (),
+    *,
+    outputs: bool = True,
 ) -> bool:
     """Whether a proposed guideline copies a case instead of stating a rule.
+
+    `outputs=False` checks the sources' inputs and not their outputs: the rule of a
+    contrast pair says what an output did, often in that output's words.
 
     True when it:
 
@@ -75,7 +80,7 @@ def restates_case(
     numbers = {w for w in words if len(w) > 1 and any(c.isdigit() for c in w)}
     runs = _runs(words, COPIED_RUN)
     for fb in sources:
-        case = _words(f"{render(fb.inputs)} {render(fb.outputs)}")
+        case = _words(f"{render(fb.inputs)} {render(fb.outputs) if outputs else ''}")
         if runs & _runs(case, COPIED_RUN) or numbers & set(case):
             return True
     return False

@@ -49,6 +49,16 @@ def test_restates_case_catches_copied_runs_and_numbers() -> None:
     assert not restates_case("Answers that trail off mid-sentence are Bad.", [CALM])
 
 
+def test_restates_case_on_outputs_false_allows_an_outputs_words_but_not_its_topic() -> None:
+    good = fb("good", "How many tablets can I take?", "Take two, and confirm the dose with "
+              "your pharmacist.", True, "Confirms the dose with a pharmacist.")  # fmt: skip
+    rule = "Answers that suggest a dose must ask to confirm the dose with your pharmacist."
+    assert restates_case(rule, [good])
+    assert not restates_case(rule, [good], outputs=False)
+    # the inputs (the case's topic) and its numbers still count
+    assert restates_case("Say how many tablets can I take.", [good], outputs=False)
+
+
 def test_restates_case_catches_a_copied_remark_but_not_a_quoted_rule() -> None:
     said = ("Annotator 1 (Bad): There isn't a lot of information here.  There is nothing "
             "in the answer about visiting care homes.\nAnnotator 2 (Bad): Vague.")  # fmt: skip
