@@ -105,7 +105,7 @@ class JudgeConfig(BaseModel):
         "model's citations.",
     )  # fmt: skip
     validate_guidelines: Literal["off", "sources", "all"] = Field(
-        default="sources",
+        default="off",
         description="After reflecting, grade seen cases with and without each new guideline "
         "(expert-verdict reuse off) and narrow or drop a guideline that breaks more verdicts "
         "than it fixes: 'sources' checks each guideline's sources and the nearest seen cases "
@@ -136,8 +136,8 @@ class JudgeConfig(BaseModel):
         description="Most judge calls one align spends grading seen cases for calibration.",
     )  # fmt: skip
     reflection: Literal["pairs", "batch"] = Field(
-        default="batch",
-        description="What reflection reads: 'pairs', each feedback item beside the most "
+        default="pairs",
+        description="What reflection reads: 'pairs' (default), each feedback item beside the most "
         "similar case graded otherwise (one call a pair); 'batch', the feedback in "
         "batches of `reflect_batch_size` (one call a batch).",
     )

@@ -101,8 +101,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         reuse_expert_verdicts: Answer with the experts' verdict on a case they graded.
         source_support: Similarity a cited rationale needs to count as a guideline's
             source (`None` trusts the model's citations).
-        validate_guidelines: Check new guidelines on seen cases: `"sources"`
-            (default), `"all"` or `"off"`.
+        validate_guidelines: Check new guidelines on seen cases: `"off"`
+            (default), `"sources"` or `"all"`.
         validate_require_fix: Keep a checked guideline only if it fixes more seen
             verdicts than it breaks (`JudgeConfig.validate_require_fix`).
         validate_max_calls: Most extra judge calls one align spends on validation.
@@ -151,13 +151,13 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         show_other_answers: bool = True,
         reuse_expert_verdicts: bool = True,
         source_support: float | None = 0.4,
-        validate_guidelines: Literal["off", "sources", "all"] = "sources",
+        validate_guidelines: Literal["off", "sources", "all"] = "off",
         validate_require_fix: bool = False,
         validate_max_calls: int = 16,
         calibrate_scores: bool = True,
         calibrate_max_calls: int = 64,
         reflect_contrast: int = 4,
-        reflection: Literal["pairs", "batch"] = "batch",
+        reflection: Literal["pairs", "batch"] = "pairs",
         judge_prompt: Literal[
             "turns", "checklist", "plain", "block", "block_tags", "block_user"
         ] = "turns",

@@ -269,7 +269,9 @@ class AlignNodes(ForgetStep):
                     rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))
                 else:
                     candidates.append(p)
-        min_support = mem.config.source_support
+        # A pair's rule has its pair as sources by construction; the support test is for
+        # what a model cites (docs/decisions.md#reflection-contrast-pairs).
+        min_support = None if pairs else mem.config.source_support
         rationale_ids = (
             []
             if min_support is None

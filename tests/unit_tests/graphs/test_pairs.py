@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from conftest import fb
+from fakes import ScriptedChatModel
 
 from langchain_memalign.graphs.pairs import contrast_groups
 
@@ -91,3 +93,29 @@ def test_a_stored_partner_is_shown_but_not_reflected_again(
     prompt = model.calls[-1][1].content
     assert 'id="refund-bad"' in prompt and 'id="refund-ok"' in prompt
     assert judge.memory.store.pending_reflection() == []
+
+
+def test_a_pairs_rule_has_its_pair_as_sources_whatever_the_support_threshold(
+    make_judge: Any, responder: Any
+) -> None:
+    def rule_in_other_words(messages: list[Any]) -> Any:
+        if '{"rule"' in str(messages[0].content):
+            return {"rule": "Acknowledge feelings before facts."}
+        if "grading rules" in str(messages[0].content):
+            ids = re.findall(r'<feedback id="([^"]+)">', str(messages[-1].content))
+            text = "Acknowledge feelings before facts."
+            return {"guidelines": [{"text": text, "source_ids": ids, "existing_id": ""}]}
+        return responder(messages)
+
+    for reflection, kept in (("pairs", True), ("batch", False)):
+        judge = make_judge(
+            model=ScriptedChatModel(responder=rule_in_other_words),
+            reflection=reflection,
+            source_support=0.9,  # no rationale is that close to the rule's words
+        )
+        report = judge.align([REFUND_BAD, REFUND_OK])
+        assert bool(judge.guidelines) is kept, reflection
+        if kept:
+            assert set(judge.guidelines[0].source_ids) == {"refund-bad", "refund-ok"}
+        else:
+            assert report.guidelines_rejected[0].reason == "no cited rationale supports it"
