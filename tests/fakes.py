@@ -167,9 +167,17 @@ class RoleResponder:
                     out.append({"text": f"Rule: {m.group(1).strip()}", "source_ids": [fid]})
             return {"guidelines": out}
         if role == "pair":
-            # The rule of a contrast pair: the first stated rationale, as a rule.
-            m = re.search(r"Expert rationale: (.*)", human)
-            return {"rule": f"Rule: {m.group(1).strip()}" if m else ""}
+            with self._lock:
+                fail_once = self.fail_next_reflections > 0
+                self.fail_next_reflections -= fail_once
+            if self.fail_reflect or fail_once:
+                return "not json at all"
+            # The rule of a contrast pair: the reason given for the lower score (a fail
+            # states what the experts require), else the first reason.
+            scored = re.findall(r"Expert score: (.*)\nExpert rationale: (.*)", human)
+            failed = [r for score, r in scored if score.strip().lower() in ("false", "0", "1")]
+            reasons = failed or [r for _, r in scored]
+            return {"rule": f"Rule: {reasons[0].strip()}" if reasons else ""}
         if role == "rederive":
             ids = feedback_ids_in(human)
             return {"text": "Rule restated from " + ", ".join(ids) if ids else ""}

@@ -41,12 +41,15 @@ from langchain_memalign.graphs.budget import fit_reflection, shown_guidelines
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.forget import ForgetStep
 from langchain_memalign.graphs.prompts import (
+    PAIR_SYSTEM,
+    SINGLE_SYSTEM,
     consolidate_messages,
     pair_messages,
     reflect_messages,
 )
 from langchain_memalign.graphs.provenance import (
     TOPIC_SEARCH_DEPTH,
+    echoes_prompt,
     names_one_case,
     restates_case,
     supporting_sources,
@@ -212,7 +215,9 @@ class AlignNodes(ForgetStep):
                 "errors": [f"reflection on feedback {ids} failed: {e}"],
             }
         text = " ".join(out.rule.split())
-        proposals = [Proposal(text, cited, "")] if text else []
+        # The request's own words back are no rule.
+        echo = echoes_prompt(text, PAIR_SYSTEM + "\n" + SINGLE_SYSTEM)
+        proposals = [Proposal(text, cited, "")] if text and not echo else []
         return {
             "reflections": [ReflectionResult(ids, proposals, shown_ids=cited)],
             "usages": [usage],

@@ -111,6 +111,14 @@ _RULE_WORD = re.compile(
 SENTENCE_MIN_WORDS = 4
 
 
+def echoes_prompt(text: str, prompt: str) -> bool:
+    """Whether a proposed rule repeats `COPIED_RUN` words in a row of its request's text.
+
+    Such a text echoes the request ("... so that it applies to other cases too"): no rule.
+    """
+    return bool(_runs(_words(text), COPIED_RUN) & _runs(_words(prompt), COPIED_RUN))
+
+
 def _copies_remark(text: str, rationales: Iterable[str], verdicts: Sequence[str]) -> bool:
     """Whether `text` copies a remark of one of `rationales` word for word.
 

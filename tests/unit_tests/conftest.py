@@ -82,6 +82,9 @@ def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
             # of 0.9; test_judge_graph.py tests the floor.
             "min_episode_similarity": None,
             "min_episode_similarity_with_rationale": None,
+            # The tests of alignment's bookkeeping script one proposal per feedback item,
+            # as batch reflection asks; graphs/test_pairs.py tests the default, pairs.
+            "reflection": "batch",
         }
         args.update(kwargs)
         return MemAlignJudge(**args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -42,7 +43,8 @@ def test_quickstart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     printed = capsys.readouterr().out
     assert "Baseline accuracy on 5 test cases: 80%" in printed
     assert "Guidelines still citing 'sweater': 0" in printed
-    assert "<- sweater" in printed  # provenance shown before the unalign
+    before_unalign = printed.split("Unaligned 'sweater'")[0]
+    assert re.search(r"<- .*\bsweater\b", before_unalign)  # provenance shown before the unalign
 
 
 def test_quickstart_says_what_to_set_without_a_model(

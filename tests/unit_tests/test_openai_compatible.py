@@ -15,10 +15,8 @@ from langchain_memalign.models import openai_compatible
 def test_judge_and_align_over_an_openai_compatible_server() -> None:
     def reply(body: dict[str, Any]) -> str:
         name = body["response_format"]["json_schema"]["name"]
-        if name == "Reflection":
-            return json.dumps(
-                {"guidelines": [{"text": "Acknowledge feelings first.", "source_ids": ["t1"]}]}
-            )
+        if name == "Rule":
+            return json.dumps({"rule": "Acknowledge feelings first."})
         return json.dumps({"rationale": "Cold.", "score": False})
 
     with OpenAICompatibleServer(reply) as server:

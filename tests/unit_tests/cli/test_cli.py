@@ -42,6 +42,9 @@ model = "openai:gpt-4.1-mini"
 embeddings = "openai:text-embedding-3-small"
 memory = "mem"
 k = 3
+# One guideline per feedback item, each checked on seen cases: what these tests read back.
+reflection = "batch"
+validate_guidelines = "sources"
 '''
 
 
@@ -650,8 +653,9 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     options = set(JudgeConfig.model_fields) - {"name", "instructions", "scale"}
     assert options <= set(JudgeFile.model_fields)
     env.config.write_text(
-        CONFIG + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
-        'judge_prompt = "checklist"\nvalidate_guidelines = "all"\nreuse_expert_verdicts = false\n'
+        CONFIG.replace('validate_guidelines = "sources"', 'validate_guidelines = "all"')
+        + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
+        'judge_prompt = "checklist"\nreuse_expert_verdicts = false\n'
     )
     assert env.run("create")[0] == EXIT_OK
     stored = memory_summary(env.tmp / "mem")["config"]

@@ -55,6 +55,7 @@ def make() -> Any:
             k=2,
             validate_guidelines="off",
             source_support=None,
+            reflection="batch",  # one reflection call per stage: the counts below
         )
 
     make_judge.model = model  # type: ignore[attr-defined]

@@ -78,9 +78,7 @@ def test_align_reflects_once_per_pair_and_cites_both_cases(
     assert embeddings.calls - before == 2  # cases, then the guideline texts
     sources = sorted(sorted(g.source_ids) for g in judge.guidelines)
     assert sources == [["refund-bad", "refund-ok"], ["ship-bad", "ship-ok"]]
-    assert "Rule: Cold: an upset customer gets an apology first." in {
-        g.text for g in judge.guidelines
-    }
+    assert any("an upset customer gets an apology first" in g.text for g in judge.guidelines)
 
 
 def test_a_stored_partner_is_shown_but_not_reflected_again(
@@ -119,3 +117,15 @@ def test_a_pairs_rule_has_its_pair_as_sources_whatever_the_support_threshold(
             assert set(judge.guidelines[0].source_ids) == {"refund-bad", "refund-ok"}
         else:
             assert report.guidelines_rejected[0].reason == "no cited rationale supports it"
+
+
+def test_a_rule_that_echoes_the_request_is_not_kept(make_judge: Any, responder: Any) -> None:
+    def echo(messages: list[Any]) -> Any:
+        if '{"rule"' in str(messages[0].content):
+            return {"rule": "The output must not do what, so that it applies to other cases too."}
+        return responder(messages)
+
+    judge = make_judge(model=ScriptedChatModel(responder=echo), reflection="pairs")
+    report = judge.align([REFUND_BAD, REFUND_OK])
+    assert judge.guidelines == [] and report.failed == []
+    assert judge.memory.store.pending_reflection() == []  # reflected on, nothing to learn
