@@ -504,6 +504,30 @@ def _option(text: str, ap: argparse.ArgumentParser) -> tuple[str, Any]:
         return name.strip(), value
 
 
+def merge_results(paths: list[Path], out: Path) -> dict[str, Any]:
+    """One result file from several runs on the same data (e.g. systems run in separate
+    processes): a system's runs are renumbered as repeats in the order given, and every
+    file's invocations (commit, models, machine) are kept."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not merged:
+            merged = {**data, "invocations": [], "runs": {}, "merged_from": []}
+        elif data.get("data_sha256") != merged.get("data_sha256"):
+            raise SystemExit(f"{path} was measured on other data than {paths[0]}")
+        merged["merged_from"].append(str(path))
+        merged["invocations"] += data.get("invocations", [])
+        for run, domains in data["runs"].items():
+            system = run.split("#")[0]
+            repeat = sum(r.split("#")[0] == system for r in merged["runs"])
+            merged["runs"][f"{system}#{repeat}"] = domains
+    merged.pop("summary", None)
+    merged["summary"] = summarize(merged)
+    out.write_text(json.dumps(merged, indent=1, default=str), encoding="utf-8")
+    out.with_suffix(".md").write_text(markdown(merged, merged["summary"]), encoding="utf-8")
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "rules.jsonl"))
@@ -550,8 +574,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mlflow-python", default=str(ROOT / ".venv-mlflow" / "bin" / "python"))
     ap.add_argument("--proxy-port", type=int, default=8017)
     ap.add_argument("--fake", action="store_true", help="offline fake models (smoke test)")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="RESULT",
+        help="only merge these result files into --out (and its .md table); no model call",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rules" / "rules.json"))
     args = ap.parse_args(argv)
+    if args.merge:
+        merged = merge_results(args.merge, Path(args.out))
+        print(markdown(merged, merged["summary"]))
+        return 0
     args.judge_options = dict(_option(o, ap) for o in args.judge_option)
     ablations = dict(_ablation(a, ap) for a in args.ablation)
     judge_ablations = dict(_ablation(a, ap) for a in args.judge_ablation)
