@@ -53,8 +53,7 @@ def make() -> Any:
             model=model,
             embeddings=embeddings,
             k=2,
-            validate_guidelines="off",
-            source_support=None,
+            options={"validation": {"mode": "off"}, "reflection": {"source_support": None}},
         )
 
     make_judge.model = model  # type: ignore[attr-defined]
