@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import FILES, load_as_run, load_scenario
+from _options import judge_kwargs
 from provenance import file_sha256, run_info
 from quality import metrics, seen_sample
 from side_by_side import add_model_args, build_models
@@ -111,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / "memory"
             shutil.copytree(memory, scratch)
-            judge = MemAlignJudge.load(scratch, judge_llm, emb,
-                                       reuse_expert_verdicts=False, **overrides)  # fmt: skip
+            judge = MemAlignJudge.load(
+                scratch, judge_llm, emb,
+                **judge_kwargs({"reuse_expert_verdicts": False}, overrides),
+            )  # fmt: skip
             started = time.perf_counter()
             kw = {"scale": spec.scale, "ordinal": spec.ordinal,
                   "max_concurrency": a.max_concurrency}  # fmt: skip

@@ -72,6 +72,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _data import DERIVED, FILES, DatasetSpec, dataset_spec, load_derived, load_jsonl, load_scenario
+from _options import judge_kwargs
 from provenance import file_sha256, run_info
 from side_by_side import (
     FewShotJudge,
@@ -382,7 +383,7 @@ class Bench:
         return MemAlignJudge(
             name=spec.name, instructions=spec.instructions, model=self.judge_llm,
             embeddings=self.emb, scale=spec.scale, reflection_model=self.reflect_llm,
-            **self.options(extra),
+            **judge_kwargs(self.options(extra)),
         )  # fmt: skip
 
     def load_judge(self, snapshot: Path, scratch: Path) -> MemAlignJudge:

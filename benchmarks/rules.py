@@ -49,6 +49,7 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _options import judge_kwargs
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
@@ -221,7 +222,7 @@ class Bench:
         return MemAlignJudge(
             name=d.name, instructions=d.criterion, model=self.judge_llm, embeddings=self.emb,
             scale=bool, reflection_model=self.reflect_llm,
-            **{"reuse_expert_verdicts": False, **self.args.judge_options, **options},
+            **judge_kwargs({"reuse_expert_verdicts": False}, self.args.judge_options, options),
         )  # fmt: skip
 
     def judge_all(self, judge: Any, d: Domain, seen: bool) -> dict[str, Any]:
@@ -244,9 +245,9 @@ class Bench:
             judge.close()
 
     def run_few_shot(self, d: Domain) -> dict[str, Any]:
-        # Laid out as the judge lays out past cases (its `judge_prompt` and verdict order).
+        # Laid out as the judge lays out past cases (its prompt layout and verdict order).
         probe = self.new_judge(d, {})
-        style, first = probe.config.judge_prompt, probe.config.score_first
+        style, first = probe.config.options.prompt.layout, probe.config.score_first
         probe.close()
         judge = FewShotJudge(
             d.name, d.criterion, SCALE, self.judge_llm, d.feedback(),
@@ -266,7 +267,8 @@ class Bench:
                 db.execute("DELETE FROM guidelines")
         oracle = options.pop("_oracle_rule", False)
         judge = MemAlignJudge.load(scratch, self.judge_llm, self.emb,
-                                   reflection_model=self.reflect_llm, **options)  # fmt: skip
+                                   reflection_model=self.reflect_llm,
+                                   **judge_kwargs(options))  # fmt: skip
         if oracle:
             # The hidden rule itself as the only guideline: what a reflection that found it
             # would give (an exploration upper bound, never a published system).

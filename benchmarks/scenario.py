@@ -36,6 +36,7 @@ from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _data import read_feedback, scenario_instructions
+from _options import judge_kwargs, option_value
 from provenance import file_sha256, run_info
 
 from langchain_memalign import Feedback, MemAlignJudge
@@ -89,9 +90,7 @@ def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
         model=llm,
         embeddings=emb,
         scale=bool,
-        k=args.k,
-        reuse_expert_verdicts=False,
-        **judge_options(args),
+        **judge_kwargs({"k": args.k, "reuse_expert_verdicts": False}, judge_options(args)),
     )
     return judge, llm
 
@@ -226,7 +225,7 @@ def save(
         r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
     ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
-    require_fix = bool(judge_options(args).get("validate_require_fix", False))
+    require_fix = bool(option_value(judge_options(args), "validate_require_fix", False))
     summary["validation"] = [
         [validation_of(c, require_fix) for c in r["align"]["validation"]] for r in runs
     ]

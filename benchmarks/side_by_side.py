@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from _data import FILES, DatasetSpec, dataset_spec, load_jsonl
+from _options import judge_kwargs
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
@@ -296,7 +297,8 @@ def run_dataset(
     folder = workdir / name
     judge = MemAlignJudge(
         name=name, instructions=spec.instructions, model=judge_llm, embeddings=emb,
-        scale=spec.scale, reflection_model=reflect_llm, path=folder / "full", **options,
+        scale=spec.scale, reflection_model=reflect_llm, path=folder / "full",
+        **judge_kwargs(options),
     )  # fmt: skip
     evaluate = {"ordinal": spec.ordinal, "max_concurrency": args.max_concurrency}
 

@@ -1,10 +1,21 @@
 """LLM judges that learn from human feedback through a dual memory (MemAlign).
 
-The public surface: `MemAlignJudge` (a LangChain Runnable), `Feedback`, the
-reports, the scale, the memory records and the errors.
+The public surface: `MemAlignJudge` (a LangChain Runnable), its options
+(`JudgeOptions` and its groups), `Feedback`, the reports every public method
+returns, the scale, the memory records and the errors.
 """
 
-from langchain_memalign.config import JudgeConfig
+from typing import TYPE_CHECKING, Any
+
+from langchain_memalign.config import (
+    CalibrationOptions,
+    JudgeConfig,
+    JudgeOptions,
+    PromptOptions,
+    ReflectionOptions,
+    RetrievalOptions,
+    ValidationOptions,
+)
 from langchain_memalign.critique import CritiqueState, SelfCritique
 from langchain_memalign.errors import (
     AlignFailedError,
@@ -22,13 +33,19 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
-from langchain_memalign.reports import AlignReport, UnalignReport, Usage
+from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
 from langchain_memalign.result import JudgeResult
 from langchain_memalign.scale import Scale
 
+if TYPE_CHECKING:
+    from langchain_memalign.evaluation.report import AgreementReport
+
 __all__ = [
+    "AgreementReport",
     "AlignFailedError",
     "AlignReport",
+    "CalibrationOptions",
+    "CalibrationReport",
     "CritiqueState",
     "EmbeddingMismatchError",
     "Episode",
@@ -36,6 +53,7 @@ __all__ = [
     "Guideline",
     "InvalidFeedbackError",
     "JudgeConfig",
+    "JudgeOptions",
     "JudgeResult",
     "LimitExceededError",
     "MalformedOutputError",
@@ -43,11 +61,25 @@ __all__ = [
     "MemAlignJudge",
     "MemoryFormatError",
     "MemoryUnavailableError",
+    "PromptOptions",
     "ReflectionError",
+    "ReflectionOptions",
+    "RetrievalOptions",
     "Scale",
     "SelfCritique",
     "UnalignReport",
     "UnknownFeedbackError",
     "Usage",
+    "ValidationOptions",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # `MemAlignJudge.agreement`'s report, imported on first use: the judge loads
+    # without the evaluation toolkit.
+    if name == "AgreementReport":
+        from langchain_memalign.evaluation.report import AgreementReport
+
+        return AgreementReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

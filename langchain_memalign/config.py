@@ -1,16 +1,32 @@
-"""Configuration of a judge, stored with its memory."""
+"""Configuration of a judge, stored with its memory.
+
+`JudgeOptions` holds every option of a judge, nested by concern: `retrieval` (which
+past cases a judgment shows), `reflection` (how guidelines are distilled), `validation`
+(how new guidelines are checked), `calibration` (score calibration on integer scales) and
+`prompt` (how the judge prompt is laid out). `JudgeConfig` is what a memory stores: the
+judge's name, instructions, scale, `k` and its options.
+
+Before the options were nested they were flat keyword arguments and flat keys of the
+stored configuration (`validate_guidelines`, `reflect_batch_size`, ...). Those names are
+still read, wherever options are (`JudgeConfig`, `JudgeOptions`, the CLI judge file):
+`LEGACY_OPTIONS` maps each to its place and `nest_options` moves them there.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from langchain_memalign.scale import Scale
 
 # The value (and default) of a similarity floor that is chosen by the judge's scale.
-AUTO = "auto"
-FLOORS = ("min_episode_similarity", "min_episode_similarity_with_rationale")
+AUTO: Literal["auto"] = "auto"
+# The similarity floors of `RetrievalOptions`.
+FLOORS = ("min_similarity", "min_similarity_with_rationale")
+
+Floor = Annotated[float, Field(ge=-1.0, le=1.0)] | Literal["auto"] | None
 
 
 def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None:
@@ -26,27 +42,24 @@ def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None
     return 0.9
 
 
-class JudgeConfig(BaseModel):
-    """Everything that defines a judge apart from its models and its memory."""
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="The feedback key the judge scores, e.g. 'helpfulness'.")
-    instructions: str = Field(
-        description="The judge prompt; `{inputs}`, `{outputs}` and `{reference_outputs}` "
-        "are filled in with the case."
-    )
-    scale: Scale
-    k: int = Field(default=5, ge=0, description="Episodes retrieved per judgment.")
-    min_episode_similarity: float | None = Field(
-        default=0.9, ge=-1.0, le=1.0,
+
+class RetrievalOptions(_Group):
+    """Which past cases a judgment retrieves and shows, and how cases are embedded."""
+
+    min_similarity: Floor = Field(
+        default=AUTO,
         description="Cosine similarity below which a retrieved past case without a "
         "rationale is left out of the judge prompt. Default (or \"auto\"): 0.9, near "
         "duplicates only, since a small judge copies the verdicts it is shown; a case the "
         "experts graded retrieves itself at ~1.0 and is always kept. None shows the k "
         "nearest whatever their similarity. Past cases with a rationale have "
-        "`min_episode_similarity_with_rationale`.",
+        "`min_similarity_with_rationale`.",
     )  # fmt: skip
-    min_episode_similarity_with_rationale: float | None = Field(
-        default=0.9, ge=-1.0, le=1.0,
+    min_similarity_with_rationale: Floor = Field(
+        default=AUTO,
         description="The floor for past cases that carry the expert's rationale. Default "
         "(or \"auto\"): None (the k nearest, however far) on bool scales, where a verdict "
         "with its reason is a worked example of the rule; 0.9 on numeric, categorical and "
@@ -56,30 +69,13 @@ class JudgeConfig(BaseModel):
         default="inputs",
         description="What text of a case is embedded, at write and query time alike.",
     )
-    guideline_token_budget: int = Field(
-        default=800, ge=50,
-        description="Tokens of guidelines in a judge prompt; past it guidelines are "
-        "consolidated, and only the most relevant are shown.",
-    )  # fmt: skip
-    episode_max_chars: int = Field(
-        default=900, ge=100, description="Characters of one episode shown in a judge prompt."
-    )
     embed_max_chars: int = Field(
         default=1500, ge=50,
         description="Characters embedded per case (embedding models have short contexts).",
     )  # fmt: skip
-    reflect_batch_size: int = Field(
-        default=8, ge=1, description="Feedback items distilled per reflection call."
+    episode_max_chars: int = Field(
+        default=900, ge=100, description="Characters of one episode shown in a judge prompt."
     )
-    hnsw_threshold: int = Field(
-        default=50_000, ge=1,
-        description="Episodes past which retrieval switches from an exact to an approximate "
-        "(HNSW) index.",
-    )  # fmt: skip
-    hnsw_ef_search: int = Field(
-        default=96, ge=1,
-        description="Breadth of an HNSW search: higher is more exact and slower.",
-    )  # fmt: skip
     show_other_answers: bool = Field(
         default=True,
         description="Show past cases that have this case's inputs but other outputs "
@@ -94,9 +90,36 @@ class JudgeConfig(BaseModel):
         "is one they graded (same inputs, outputs and reference outputs) and every retrieved "
         "expert verdict on it agrees.",
     )
-    max_retries: int = Field(
-        default=2, ge=0, le=10, description="Retries when a model returns malformed output."
+    hnsw_threshold: int = Field(
+        default=50_000, ge=1,
+        description="Episodes past which retrieval switches from an exact to an approximate "
+        "(HNSW) index.",
+    )  # fmt: skip
+    hnsw_ef_search: int = Field(
+        default=96, ge=1,
+        description="Breadth of an HNSW search: higher is more exact and slower.",
+    )  # fmt: skip
+
+
+class ReflectionOptions(_Group):
+    """How guidelines are distilled from feedback, checked against it, and kept in budget."""
+
+    mode: Literal["pairs", "batch"] = Field(
+        default="pairs",
+        description="What reflection reads: 'pairs' (default), each feedback item beside "
+        "the most similar case graded otherwise, one rule a pair (one call a pair; the pair "
+        "is the rule's source); 'batch', the feedback in batches of `batch_size` (one call "
+        "a batch), each guideline citing the feedback that supports it "
+        "(docs/decisions.md#reflection-contrast-pairs).",
     )
+    batch_size: int = Field(
+        default=8, ge=1, description="Feedback items distilled per reflection call."
+    )
+    contrast: int = Field(
+        default=4, ge=0, le=32,
+        description="Stored cases with other scores shown beside each reflection batch, so "
+        "the model can say when a rule applies.",
+    )  # fmt: skip
     source_support: float | None = Field(
         default=0.4, ge=-1.0, le=1.0,
         description="Cosine similarity between a guideline and a cited feedback's rationale "
@@ -104,63 +127,71 @@ class JudgeConfig(BaseModel):
         "source is rejected). The value suits MiniLM-like embeddings. None trusts the "
         "model's citations.",
     )  # fmt: skip
-    validate_guidelines: Literal["off", "sources", "all"] = Field(
+    guideline_token_budget: int = Field(
+        default=800, ge=50,
+        description="Tokens of guidelines in a judge prompt; past it guidelines are "
+        "consolidated, and only the most relevant are shown.",
+    )  # fmt: skip
+
+
+class ValidationOptions(_Group):
+    """How new guidelines are checked on seen cases after each align."""
+
+    mode: Literal["off", "sources", "all"] = Field(
         default="off",
-        description="After reflecting, grade seen cases with and without each new guideline "
+        description="Off by default (docs/decisions.md#validation-of-new-guidelines). "
+        "After reflecting, grade seen cases with and without each new guideline "
         "(expert-verdict reuse off) and narrow or drop a guideline that breaks more verdicts "
         "than it fixes: 'sources' checks each guideline's sources and the nearest seen cases "
         "of other scores, 'all' every seen case, 'off' nothing.",
     )
-    validate_require_fix: bool = Field(
+    require_fix: bool = Field(
         default=False,
         description="Keep a checked guideline only if it fixes more seen verdicts than it "
         "breaks. False (the default) keeps one that breaks no more than it fixes, a tie or "
         "no change included: a correct rule the judge already follows fixes nothing and "
         "stays.",
     )
-    validate_max_calls: int = Field(
+    max_calls: int = Field(
         default=16, ge=0, le=10_000,
         description="Most extra judge calls one align may spend on validation.",
     )  # fmt: skip
-    calibrate_scores: bool = Field(
+
+
+class CalibrationOptions(_Group):
+    """Score calibration on integer scales (`memory.calibration`)."""
+
+    enabled: bool = Field(
         default=True,
         description="On integer scales of up to 11 values: grade each newly aligned seen "
         "case as if unseen (its own past case left out) and keep the judge's score beside "
         "the expert's; a judgment with no past case in its prompt then gives the score the "
         "experts most often gave where the judge gave its own, once at least 3 seen cases "
         "say so by a margin of 2 (`memory.calibration`). One judge call per aligned item, "
-        "at most `calibrate_max_calls` an align. Other scales are never calibrated.",
+        "at most `max_calls` an align. Other scales are never calibrated.",
     )
-    calibrate_max_calls: int = Field(
+    max_calls: int = Field(
         default=64, ge=0, le=10_000,
         description="Most judge calls one align spends grading seen cases for calibration.",
     )  # fmt: skip
-    reflection: Literal["pairs", "batch"] = Field(
-        default="pairs",
-        description="What reflection reads: 'pairs' (default), each feedback item beside the most "
-        "similar case graded otherwise (one call a pair); 'batch', the feedback in "
-        "batches of `reflect_batch_size` (one call a batch).",
-    )
-    reflect_contrast: int = Field(
-        default=4, ge=0, le=32,
-        description="Stored cases with other scores shown beside each reflection batch, so "
-        "the model can say when a rule applies.",
-    )  # fmt: skip
-    judge_prompt: Literal["turns", "checklist", "plain", "block", "block_tags", "block_user"] = (
-        Field(
-            default="turns",
-            description="How the working memory is laid out. 'turns': guidelines in the system "
-            "message, each past case a user turn answered by the expert's verdict; 'checklist': "
-            "a memory block before the case, and the judge names the guidelines whose condition "
-            "the case meets before scoring; 'plain': the same block, a short rationale.",
-        )
+
+
+class PromptOptions(_Group):
+    """How the judge prompt is laid out and what the judge writes first."""
+
+    layout: Literal["turns", "checklist", "plain"] = Field(
+        default="turns",
+        description="How the working memory is laid out. 'turns': guidelines in the system "
+        "message, each past case a user turn answered by the expert's verdict; 'checklist': "
+        "a memory block before the case, and the judge names the guidelines whose condition "
+        "the case meets before scoring; 'plain': the same block, a short rationale.",
     )
     verdict_order: Literal["auto", "score_first", "rationale_first"] = Field(
         default="auto",
         description="Which the judge writes first, its score or its rationale. 'auto' "
         "(the default): the score first on numeric scales, where reasoning first drives a "
         "small judge to the ends of the scale; the rationale first on the others, where "
-        "the score first collapses the verdicts. The 'checklist' prompt always reasons "
+        "the score first collapses the verdicts. The 'checklist' layout always reasons "
         "first.",
     )
     pairwise_mode: Literal["separate", "both_orders", "one_order"] = Field(
@@ -173,45 +204,215 @@ class JudgeConfig(BaseModel):
         "nearly every case in 'both_orders'.",
     )
 
+
+class JudgeOptions(_Group):
+    """Every option of a judge, nested by concern; all have defaults.
+
+    `MemAlignJudge(..., options=...)` takes one, or a mapping of the same shape
+    (`{"validation": {"mode": "all"}}`). The flat names of earlier versions
+    (`validate_guidelines="all"`, see `LEGACY_OPTIONS`) are accepted too and moved
+    into their groups; an unknown name is an error naming it.
+    """
+
+    retrieval: RetrievalOptions = Field(default_factory=RetrievalOptions)
+    reflection: ReflectionOptions = Field(default_factory=ReflectionOptions)
+    validation: ValidationOptions = Field(default_factory=ValidationOptions)
+    calibration: CalibrationOptions = Field(default_factory=CalibrationOptions)
+    prompt: PromptOptions = Field(default_factory=PromptOptions)
+    # Every structured model call retries: judgments, reflection, narrowing, consolidation.
+    max_retries: int = Field(
+        default=2, ge=0, le=10, description="Retries when a model returns malformed output."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_names(cls, data: Any) -> Any:
+        return nest_options(data) if isinstance(data, Mapping) else data
+
+
+# Each flat option name of earlier versions -> its place in `JudgeOptions`.
+LEGACY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "min_episode_similarity": ("retrieval", "min_similarity"),
+    "min_episode_similarity_with_rationale": ("retrieval", "min_similarity_with_rationale"),
+    "embed": ("retrieval", "embed"),
+    "embed_max_chars": ("retrieval", "embed_max_chars"),
+    "episode_max_chars": ("retrieval", "episode_max_chars"),
+    "show_other_answers": ("retrieval", "show_other_answers"),
+    "reuse_expert_verdicts": ("retrieval", "reuse_expert_verdicts"),
+    "hnsw_threshold": ("retrieval", "hnsw_threshold"),
+    "hnsw_ef_search": ("retrieval", "hnsw_ef_search"),
+    "reflection": ("reflection", "mode"),
+    "reflect_batch_size": ("reflection", "batch_size"),
+    "reflect_contrast": ("reflection", "contrast"),
+    "source_support": ("reflection", "source_support"),
+    "guideline_token_budget": ("reflection", "guideline_token_budget"),
+    "validate_guidelines": ("validation", "mode"),
+    "validate_require_fix": ("validation", "require_fix"),
+    "validate_max_calls": ("validation", "max_calls"),
+    "calibrate_scores": ("calibration", "enabled"),
+    "calibrate_max_calls": ("calibration", "max_calls"),
+    "judge_prompt": ("prompt", "layout"),
+    "verdict_order": ("prompt", "verdict_order"),
+    "pairwise_mode": ("prompt", "pairwise_mode"),
+    "max_retries": ("max_retries",),
+}
+# The option groups: the fields of `JudgeOptions` that are models themselves.
+_GROUPS = tuple(
+    name
+    for name, f in JudgeOptions.model_fields.items()
+    if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+)
+# Memories saved before `pairwise_mode` stored `pairwise_both_orders: bool`.
+_PAIRWISE_FLAG = "pairwise_both_orders"
+
+
+def is_flat_option(key: str, value: Any) -> bool:
+    """Whether `key=value` is a flat option name of earlier versions (`LEGACY_OPTIONS`)."""
+    if key == "reflection":  # the flat `reflection` was the mode, a string; now a group
+        return isinstance(value, str)
+    return key == _PAIRWISE_FLAG or (key in LEGACY_OPTIONS and key != "max_retries")
+
+
+def nest_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Options with flat names (`LEGACY_OPTIONS`) moved into their groups.
+
+    Nested groups are kept; a flat name sets its field over the group's value. Other keys
+    are left for `JudgeOptions` to validate (an unknown one is its error).
+    """
+    out: dict[str, Any] = {}
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        (flat if is_flat_option(key, value) else out)[key] = value
+    both = flat.pop(_PAIRWISE_FLAG, None)
+    for key, value in flat.items():
+        *group, field = LEGACY_OPTIONS[key]
+        _group(out, group[0])[field] = value
+    if both is not None:
+        _group(out, "prompt").setdefault("pairwise_mode", "both_orders" if both else "one_order")
+    return out
+
+
+def _group(out: dict[str, Any], name: str) -> dict[str, Any]:
+    current = out.get(name)
+    if isinstance(current, BaseModel):
+        current = current.model_dump()
+    group = dict(current) if isinstance(current, Mapping) else {}
+    out[name] = group
+    return group
+
+
+def merge_options(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` over `base`, group by group; both may use flat names."""
+    out = nest_options(base)
+    for key, value in nest_options(override).items():
+        if key in _GROUPS and isinstance(value, Mapping):
+            _group(out, key).update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def options_mapping(options: BaseModel | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options given to a judge as a nested mapping: a model's fields that were set."""
+    if options is None:
+        return {}
+    if isinstance(options, BaseModel):
+        return options.model_dump(exclude_unset=True)
+    return nest_options(options)
+
+
+def nest_config(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration with the flat option keys of earlier versions moved into `options`.
+
+    Configurations stored flat by earlier versions, and flat `load` overrides, are read so.
+    """
+    flat = {k: v for k, v in data.items() if is_flat_option(k, v) or k == "max_retries"}
+    if not flat:
+        return dict(data)
+    rest = {k: v for k, v in data.items() if k not in flat}
+    options = rest.get("options")
+    base = options_mapping(options) if isinstance(options, BaseModel | Mapping) else {}
+    return {**rest, "options": merge_options(base, flat)}
+
+
+def config_with_overrides(
+    stored: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A stored configuration with `overrides` (`k`, `options`, flat option names) over it.
+
+    The options given override the stored ones field by field; the others are kept.
+    """
+    base, over = nest_config(stored), nest_config(overrides)
+    options = over.pop("options", None)
+    out = {**base, **over}
+    if options is not None:
+        kept = base.get("options")
+        out["options"] = merge_options(
+            kept if isinstance(kept, Mapping) else {}, options_mapping(options)
+        )
+    return out
+
+
+class JudgeConfig(BaseModel):
+    """Everything that defines a judge apart from its models and its memory.
+
+    Stored with the memory, nested (`options.validation.mode`); a configuration stored
+    flat by earlier versions (`validate_guidelines`) is read into the same places.
+    """
+
+    name: str = Field(description="The feedback key the judge scores, e.g. 'helpfulness'.")
+    instructions: str = Field(
+        description="The judge prompt; `{inputs}`, `{outputs}` and `{reference_outputs}` "
+        "are filled in with the case."
+    )
+    scale: Scale
+    k: int = Field(default=5, ge=0, description="Episodes retrieved per judgment.")
+    options: JudgeOptions = Field(
+        default_factory=JudgeOptions,
+        description="Every other option, nested by concern (`JudgeOptions`).",
+    )
+
     @property
     def score_first(self) -> bool:
         """Whether the judge is asked for its score before its rationale (`verdict_order`)."""
+        prompt = self.options.prompt
         # The checklist prompt is a reasoning step before the score: it stays rationale-first.
-        if self.judge_prompt == "checklist":
+        if prompt.layout == "checklist":
             return False
-        if self.verdict_order == "auto":
+        if prompt.verdict_order == "auto":
             return self.scale.kind == "numeric"
-        return self.verdict_order == "score_first"
+        return prompt.verdict_order == "score_first"
+
+    def floor(self, *, with_rationale: bool) -> float | None:
+        """The similarity a past case needs to be shown (`RetrievalOptions`), resolved."""
+        retrieval = self.options.retrieval
+        value = (
+            retrieval.min_similarity_with_rationale if with_rationale else retrieval.min_similarity
+        )
+        if isinstance(value, str):  # "auto": resolved on validation, unless set after
+            return default_floor(self.scale, with_rationale=with_rationale)
+        return value
 
     @model_validator(mode="before")
     @classmethod
-    def _floors_by_scale(cls, data: Any) -> Any:
-        # A default that depends on another field: pydantic's defaults cannot, so an unset
-        # floor (or "auto") is filled in here, from the scale, before validation.
-        if not isinstance(data, dict) or "scale" not in data:
-            return data
-        unset = [f for f in FLOORS if data.get(f, AUTO) == AUTO]
-        if not unset:
-            return data
-        try:
-            scale = Scale.of(data["scale"])
-        except (TypeError, ValueError):
-            return data  # the scale's own validator names the problem
+    def _nest_flat_options(cls, data: Any) -> Any:
+        return nest_config(data) if isinstance(data, Mapping) else data
+
+    @model_validator(mode="after")
+    def _floors_by_scale(self) -> JudgeConfig:
+        # A default that depends on another field: an "auto" floor is resolved from the
+        # scale, so that the stored configuration says which floor the judge uses.
+        retrieval = self.options.retrieval
         floors = {
-            f: default_floor(scale, with_rationale=f == "min_episode_similarity_with_rationale")
-            for f in unset
+            f: default_floor(self.scale, with_rationale=f == "min_similarity_with_rationale")
+            for f in FLOORS
+            if getattr(retrieval, f) == AUTO
         }
-        return {**data, **floors}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _legacy_pairwise_flag(cls, data: Any) -> Any:
-        # Memories saved before `pairwise_mode` stored `pairwise_both_orders: bool`.
-        if isinstance(data, dict) and "pairwise_both_orders" in data:
-            data = dict(data)
-            both = data.pop("pairwise_both_orders")
-            data.setdefault("pairwise_mode", "both_orders" if both else "one_order")
-        return data
+        if floors:
+            self.options = self.options.model_copy(
+                update={"retrieval": retrieval.model_copy(update=floors)}
+            )
+        return self
 
     @field_validator("scale", mode="before")
     @classmethod

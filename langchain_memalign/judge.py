@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
@@ -17,7 +17,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
 from langchain_memalign import limits
-from langchain_memalign.config import JudgeConfig
+from langchain_memalign.config import JudgeConfig, JudgeOptions
 from langchain_memalign.errors import (
     InvalidFeedbackError,
     UnknownFeedbackError,
@@ -60,6 +60,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             model="openai:gpt-4.1-mini",
             embeddings="openai:text-embedding-3-small",
             scale=bool,
+            options={"validation": {"mode": "all"}},  # optional, see `JudgeOptions`
         )
         judge.align([Feedback(id="t1", inputs="...", outputs="...", value=False,
                               rationale="Too cold for a frustrated customer.")])
@@ -74,56 +75,23 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         embeddings: An embedding model or a `"provider:model"` string.
         scale: `bool`, a `(low, high)` range, a list of category names, or `"pairwise"`.
         k: Past cases retrieved per judgment.
-        min_episode_similarity: Similarity a retrieved past case without a rationale
-            needs to be shown. `"auto"` (default): 0.9 on every scale (near duplicates,
-            e.g. the same question, and the cases the experts graded).
-        min_episode_similarity_with_rationale: The same floor for past cases that
-            carry the expert's rationale. `"auto"` (default): `None` on bool scales (a
-            pass/fail verdict with its reason is a worked example of the experts'
-            rule), 0.9 on the others (`config.default_floor`).
-        reflection_model: The model that distills guidelines; defaults to `model`.
         path: A memory folder (created if missing, reopened if present),
             or a `postgresql://host/db?judge=<name>` URL to keep the memory in a
             shared PostgreSQL database (see docs/postgres.md; needs the
             `postgres` extra); `None` keeps the memory in process.
+        reflection_model: The model that distills guidelines; defaults to `model`.
         rate_limiter: Paces the judge's model calls (e.g. LangChain's
             `InMemoryRateLimiter`), shared by all concurrent judgments.
-        embed: What text of a case is embedded (`JudgeConfig.embed`).
-        guideline_token_budget: Tokens of guidelines in a judge prompt.
-        episode_max_chars: Characters of one episode shown in a judge prompt.
-        embed_max_chars: Characters embedded per case.
-        reflect_batch_size: Feedback items distilled per reflection call.
-        max_retries: Retries when a model returns malformed output.
-        hnsw_threshold: Episodes past which retrieval becomes approximate (HNSW).
-        hnsw_ef_search: Breadth of an HNSW search.
-        show_other_answers: Show past cases with this case's inputs and other
-            outputs (`JudgeConfig.show_other_answers`).
-        reuse_expert_verdicts: Answer with the experts' verdict on a case they graded.
-        source_support: Similarity a cited rationale needs to count as a guideline's
-            source (`None` trusts the model's citations).
-        validate_guidelines: Check new guidelines on seen cases: `"off"`
-            (default), `"sources"` or `"all"`.
-        validate_require_fix: Keep a checked guideline only if it fixes more seen
-            verdicts than it breaks (`JudgeConfig.validate_require_fix`).
-        validate_max_calls: Most extra judge calls one align spends on validation.
-        calibrate_scores: On integer scales, learn which score the experts give where
-            the judge gives one, from seen cases graded as unseen
-            (`JudgeConfig.calibrate_scores`).
-        calibrate_max_calls: Most judge calls one align spends on calibration.
-        reflect_contrast: Stored cases with other scores shown beside each
-            reflection batch.
-        reflection: What reflection reads: `"pairs"` or `"batch"` (`JudgeConfig.reflection`).
-        judge_prompt: `"turns"` (default), `"checklist"` or `"plain"`
-            (`JudgeConfig.judge_prompt`).
-        pairwise_mode: How a pairwise judge compares two outputs: `"separate"`
-            (default), `"both_orders"` or `"one_order"` (`JudgeConfig.pairwise_mode`).
-        verdict_order: Which the judge writes first: `"auto"` (default: the score
-            on numeric scales, the rationale on the others), `"score_first"` or
-            `"rationale_first"` (`JudgeConfig.verdict_order`).
+        options: Every other option, nested by concern: a `JudgeOptions`, or a
+            mapping of the same shape, e.g. `{"validation": {"mode": "all"}}`
+            (`retrieval`, `reflection`, `validation`, `calibration`, `prompt`,
+            `max_retries`). The flat names of earlier versions
+            (`{"validate_guidelines": "all"}`, `config.LEGACY_OPTIONS`) are accepted
+            too. Unset options keep their defaults; an invalid one raises pydantic's
+            `ValidationError` (a `ValueError`) naming it.
 
-    See `JudgeConfig` for each option. Everything after `embeddings` is
-    keyword-only. A judge is a context manager: `with MemAlignJudge(...) as
-    judge:` closes its memory on exit.
+    Everything after `embeddings` is keyword-only. A judge is a context manager:
+    `with MemAlignJudge(...) as judge:` closes its memory on exit.
     """
 
     def __init__(
@@ -135,63 +103,22 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         *,
         scale: ScaleSpec = bool,
         k: int = 5,
-        min_episode_similarity: float | Literal["auto"] | None = "auto",
-        min_episode_similarity_with_rationale: float | Literal["auto"] | None = "auto",
-        reflection_model: str | BaseChatModel | None = None,
         path: str | os.PathLike[str] | None = None,
+        reflection_model: str | BaseChatModel | None = None,
         rate_limiter: BaseRateLimiter | None = None,
-        embed: Literal["inputs", "inputs_outputs"] = "inputs",
-        guideline_token_budget: int = 800,
-        episode_max_chars: int = 900,
-        embed_max_chars: int = 1500,
-        reflect_batch_size: int = 8,
-        max_retries: int = 2,
-        hnsw_threshold: int = 50_000,
-        hnsw_ef_search: int = 96,
-        show_other_answers: bool = True,
-        reuse_expert_verdicts: bool = True,
-        source_support: float | None = 0.4,
-        validate_guidelines: Literal["off", "sources", "all"] = "off",
-        validate_require_fix: bool = False,
-        validate_max_calls: int = 16,
-        calibrate_scores: bool = True,
-        calibrate_max_calls: int = 64,
-        reflect_contrast: int = 4,
-        reflection: Literal["pairs", "batch"] = "pairs",
-        judge_prompt: Literal[
-            "turns", "checklist", "plain", "block", "block_tags", "block_user"
-        ] = "turns",
-        pairwise_mode: Literal["separate", "both_orders", "one_order"] = "separate",
-        verdict_order: Literal["auto", "score_first", "rationale_first"] = "auto",
+        options: JudgeOptions | Mapping[str, Any] | None = None,
     ) -> None:
         config = JudgeConfig(
             name=name,
             instructions=instructions,
             scale=Scale.of(scale),
             k=k,
-            min_episode_similarity=min_episode_similarity,
-            min_episode_similarity_with_rationale=min_episode_similarity_with_rationale,
-            embed=embed,
-            guideline_token_budget=guideline_token_budget,
-            episode_max_chars=episode_max_chars,
-            embed_max_chars=embed_max_chars,
-            reflect_batch_size=reflect_batch_size,
-            max_retries=max_retries,
-            hnsw_threshold=hnsw_threshold,
-            hnsw_ef_search=hnsw_ef_search,
-            show_other_answers=show_other_answers,
-            reuse_expert_verdicts=reuse_expert_verdicts,
-            source_support=source_support,
-            validate_guidelines=validate_guidelines,
-            validate_require_fix=validate_require_fix,
-            validate_max_calls=validate_max_calls,
-            calibrate_scores=calibrate_scores,
-            calibrate_max_calls=calibrate_max_calls,
-            reflect_contrast=reflect_contrast,
-            reflection=reflection,
-            judge_prompt=judge_prompt,
-            pairwise_mode=pairwise_mode,
-            verdict_order=verdict_order,
+            # a copy: the judge's options do not change with the caller's object
+            options=(
+                options.model_copy(deep=True)
+                if isinstance(options, JudgeOptions)
+                else dict(options or {})
+            ),
         )
         emb = resolve_embeddings(embeddings)
         self._setup(
@@ -247,9 +174,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         """Open a saved judge. Makes no embedding call.
 
         The name, instructions, scale and options come from the memory folder;
-        `overrides` may change options such as `k`. Opening with a different
-        embedding model than the memory was built with raises
-        `EmbeddingMismatchError`.
+        `overrides` may change `k` and `options` (a `JudgeOptions` or a mapping, as
+        the constructor takes): the options given replace the stored ones field by
+        field, the others are kept. Opening with a different embedding model than
+        the memory was built with raises `EmbeddingMismatchError`.
         """
         memory = JudgeMemory.load(path, resolve_embeddings(embeddings), **overrides)
         judge = cls.__new__(cls)
@@ -502,13 +430,14 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         `align` grades the cases it stores; their pairs (the judge's score, the
         expert's) were graded with the memory as it was then. This grades every
         stored case (or `feedback_ids`) with the memory as it is now, one judge call
-        each (`calibrate_max_calls` does not apply), and replaces their pairs. Use it
-        after the memory has changed much, or on a memory aligned before calibration.
+        each (`options.calibration.max_calls` does not apply), and replaces their
+        pairs. Use it after the memory has changed much, or on a memory aligned
+        before calibration.
         The call is one transaction.
 
         Raises:
             ValueError: the judge's scale is not calibrated (not an integer scale of up
-                to 11 values), or `calibrate_scores` is off.
+                to 11 values), or `options.calibration.enabled` is off.
             UnknownFeedbackError: some ids are not in the memory (nothing is graded).
             AlignFailedError: the call failed part-way and was rolled back.
         """

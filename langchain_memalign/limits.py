@@ -15,7 +15,8 @@ naming the field and the limit):
 - `MAX_METADATA_CHARS`: a feedback item's metadata, as JSON.
 - `MAX_CASE_CHARS`: a feedback item's inputs, outputs and reference outputs
   together, as JSON. Prompts show at most `episode_max_chars` of them and
-  embeddings at most `embed_max_chars`; this bounds what the folder keeps.
+  embeddings at most `embed_max_chars` (`RetrievalOptions`); this bounds what
+  the folder keeps.
 - `MAX_GUIDELINE_CHARS`: a guideline's text. Models are asked for far
   shorter ones (`GUIDELINE_MAX_CHARS`, 300); a reply past this hard limit
   is unusable output, retried and then dropped.
@@ -29,8 +30,8 @@ by `CHARS_PER_TOKEN`: stored cases are cut shorter, contrast cases and
 existing guidelines that do not fit are left out, consolidation works on the
 guidelines that fit, and as a last resort the longest part of the prompt is
 cut. Nothing is sent over the budget. (Judgment prompts are bounded by the
-judge's own `k`, `episode_max_chars` and `guideline_token_budget`, plus the
-case being judged, which is shown whole; so are the judgments with which
+judge's own `k`, `episode_max_chars` and `guideline_token_budget` (`JudgeOptions`),
+plus the case being judged, which is shown whole; so are the judgments with which
 validation grades seen cases, whose cases are bounded by `MAX_CASE_CHARS`.)
 
 The limits are read when used, so a deployment can change them, e.g.

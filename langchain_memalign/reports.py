@@ -87,7 +87,8 @@ class CalibrationReport(BaseModel):
         "calibration applies only to judgments without one).",
     )
     over_budget: list[str] = Field(
-        default_factory=list, description="Ids not graded: `calibrate_max_calls` was spent."
+        default_factory=list,
+        description="Ids not graded: `options.calibration.max_calls` was spent.",
     )
     pairs: int = Field(default=0, description="Calibration pairs stored after the align.")
     mapping: dict[str, int | float] = Field(

@@ -573,6 +573,7 @@ def make_judge(
     **options: Any,
 ) -> Any:
     from langchain_memalign import MemAlignJudge
+    from langchain_memalign.config import nest_options
 
     return MemAlignJudge(
         name="helpfulness",
@@ -581,7 +582,8 @@ def make_judge(
         embeddings=embeddings,
         scale=bool,
         path=path,
-        **options,
+        # flat option names (`hnsw_threshold=...`), nested as the judge reads them
+        options=nest_options(options),
     )
 
 

@@ -215,12 +215,13 @@ def per_case_async(
 def components(judge: MemAlignJudge, model: Any, cases: list[dict[str, Any]]) -> dict[str, Any]:
     mem = judge.memory
     cfg = mem.config
+    max_chars = cfg.options.retrieval.episode_max_chars
     nodes = jg.JudgeNodes(mem, model)
     vecs = [mem.embed([mem.case_text(c["inputs"], c.get("outputs"))])[0] for c in cases]
     guides = [mem.select_guidelines(v) for v in vecs]
     eps = [mem.retrieve(v) for v in vecs]
     msgs = [
-        judge_messages(cfg.instructions, cfg.scale, c, g, e, cfg.episode_max_chars)
+        judge_messages(cfg.instructions, cfg.scale, c, g, e, max_chars)
         for c, g, e in zip(cases, guides, eps, strict=True)
     ]
 
@@ -238,7 +239,7 @@ def components(judge: MemAlignJudge, model: Any, cases: list[dict[str, Any]]) ->
         "guideline_selection": each(lambda i: mem.select_guidelines(vecs[i])),
         "prompt_assembly": each(
             lambda i: judge_messages(
-                cfg.instructions, cfg.scale, cases[i], guides[i], eps[i], cfg.episode_max_chars
+                cfg.instructions, cfg.scale, cases[i], guides[i], eps[i], max_chars
             )
         ),
         "model_call_alone": each(lambda i: model.invoke(msgs[i])),

@@ -195,7 +195,8 @@ def main() -> None:
     emb = TopicEmbeddings()
     judge = make_judge(model, emb, None, guideline_token_budget=args.budget)
     cfg = judge.config
-    bound = args.budget + cfg.k * estimate_tokens("x" * (cfg.episode_max_chars + 120)) + 60
+    max_chars = cfg.options.retrieval.episode_max_chars
+    bound = args.budget + cfg.k * estimate_tokens("x" * (max_chars + 120)) + 60
     gen = CaseGenerator()
     cases = query_cases(20)
     rows = []
@@ -252,7 +253,7 @@ def main() -> None:
             "guideline_token_budget": args.budget,
             "memory_token_bound": bound,
             "k": cfg.k,
-            "episode_max_chars": cfg.episode_max_chars,
+            "episode_max_chars": max_chars,
             "checkpoints": rows,
             "seconds": round(time.perf_counter() - started, 1),
             "pass": ok,

@@ -335,12 +335,15 @@ def populate_big(url: str, n: int) -> dict[str, Any]:
 def open_child(url: str, overrides: dict[str, Any], out: Any) -> None:
     t_import = time.perf_counter()
     from langchain_memalign import MemAlignJudge
+    from langchain_memalign.config import nest_options
     from langchain_memalign.memory.postgres import PostgresStore
 
     import_s = time.perf_counter() - t_import
     emb = no_embeddings()
     t0 = time.perf_counter()
-    judge = MemAlignJudge.load(url, model=LatencyChatModel(), embeddings=emb, **overrides)
+    judge = MemAlignJudge.load(
+        url, model=LatencyChatModel(), embeddings=emb, options=nest_options(overrides)
+    )
     load_s = time.perf_counter() - t0
     # Past hnsw_threshold the HNSW graph is built in the background after open
     # (judgments use the exact index meanwhile): time until it is swapped in.

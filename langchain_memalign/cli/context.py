@@ -76,7 +76,8 @@ class Context:
                 scale=cfg.scale,
                 reflection_model=models.reflection,
                 path=folder,
-                **cfg.options(),
+                k=cfg.k,
+                options=cfg.options,
             )
         except (MemoryFormatError, EmbeddingMismatchError) as e:
             raise CLIError(str(e)) from e

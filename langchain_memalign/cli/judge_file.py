@@ -8,13 +8,28 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
-from langchain_memalign.config import JudgeConfig
+from langchain_memalign.config import (
+    LEGACY_OPTIONS,
+    JudgeConfig,
+    JudgeOptions,
+    is_flat_option,
+    nest_config,
+    nest_options,
+)
 from langchain_memalign.memory.postgres import is_postgres_url
 from langchain_memalign.models import (
     openai_compatible,
@@ -31,14 +46,32 @@ EXIT_USAGE = 2
 """Bad arguments, configuration or input files: nothing was changed."""
 
 DEFAULT_CONFIG = "memalign.toml"
-# The judge options a file may set: every `JudgeConfig` field but `name`, `instructions`
-# and `scale`, which are keys of their own. Derived, so a new option cannot be forgotten
-# here; `JudgeFile` declares each with its type (a test checks that it does).
-_JUDGE_OPTIONS = tuple(
-    f for f in JudgeConfig.model_fields if f not in ("name", "instructions", "scale")
-)
-# TOML has no null: "off" turns these off (None in `JudgeConfig`).
+# TOML has no null: "off" turns off an option whose `None` means off (the similarity
+# floors, `source_support`); options whose values include "off" keep it as a value.
 OFF = "off"
+
+
+def _nullable(info: FieldInfo) -> bool:
+    return type(None) in get_args(info.annotation)
+
+
+# (group, field) of every option that "off" turns off, derived from `JudgeOptions`.
+_OFF_OPTIONS = frozenset(
+    (group, name)
+    for group, info in JudgeOptions.model_fields.items()
+    if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+    for name, field in info.annotation.model_fields.items()
+    if _nullable(field)
+)
+
+
+def _off_to_none(options: dict[str, Any]) -> dict[str, Any]:
+    out = dict(options)
+    for group, name in _OFF_OPTIONS:
+        values = out.get(group)
+        if isinstance(values, dict) and values.get(name) == OFF:
+            out[group] = {**values, name: None}
+    return out
 
 
 class CLIError(Exception):
@@ -95,31 +128,17 @@ class JudgeFile(BaseModel):
             "postgresql://host/db?judge=<name> URL."
         ),
     )
-    # Judge options (`JudgeConfig`); unset keeps the judge's default.
-    k: int | None = None
-    min_episode_similarity: float | Literal["off"] | None = None
-    min_episode_similarity_with_rationale: float | Literal["off"] | None = None
-    embed: str | None = None
-    guideline_token_budget: int | None = None
-    episode_max_chars: int | None = None
-    embed_max_chars: int | None = None
-    reflect_batch_size: int | None = None
-    hnsw_threshold: int | None = None
-    hnsw_ef_search: int | None = None
-    show_other_answers: bool | None = None
-    reuse_expert_verdicts: bool | None = None
-    max_retries: int | None = None
-    source_support: float | Literal["off"] | None = None
-    validate_guidelines: str | None = None
-    validate_require_fix: bool | None = None
-    validate_max_calls: int | None = None
-    calibrate_scores: bool | None = None
-    calibrate_max_calls: int | None = None
-    reflection: str | None = None
-    reflect_contrast: int | None = None
-    judge_prompt: str | None = None
-    pairwise_mode: str | None = None
-    verdict_order: str | None = None
+    k: int = Field(
+        default=JudgeConfig.model_fields["k"].default,
+        ge=0,
+        description="Past cases retrieved per judgment.",
+    )
+    options: JudgeOptions = Field(
+        default_factory=JudgeOptions,
+        description="The judge options (`JudgeOptions`), as TOML tables such as "
+        '`[options.validation]`; "off" turns off an option whose `None` means off. The '
+        "flat keys of earlier versions (`validate_guidelines = ...`) are read too.",
+    )
 
     source: Path | None = Field(default=None, exclude=True, description="The file read.")
 
@@ -127,6 +146,15 @@ class JudgeFile(BaseModel):
     @classmethod
     def _valid_scale(cls, v: Any) -> Scale:
         return Scale.of(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_options(cls, data: Any) -> Any:
+        # Flat option keys (earlier versions) move into `options`; "off" becomes None.
+        if not isinstance(data, dict) or not isinstance(data.get("options", {}), dict):
+            return data
+        nested = nest_config(data)
+        return {**nested, "options": _off_to_none(nest_options(nested.get("options", {})))}
 
     @property
     def base_dir(self) -> Path:
@@ -153,14 +181,6 @@ class JudgeFile(BaseModel):
             raise CLIError(f"{self.source}: `instructions` (the judge prompt) is required")
         return self.instructions
 
-    def options(self) -> dict[str, Any]:
-        """The judge options set in the file (`k`, `guideline_token_budget`, ...).
-
-        `"off"` becomes `None`, which turns the option off.
-        """
-        values = {o: getattr(self, o) for o in _JUDGE_OPTIONS}
-        return {o: None if v == OFF else v for o, v in values.items() if v is not None}
-
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> JudgeFile:
         """Read and validate a judge file (`.toml`, `.yaml`/`.yml` or `.json`)."""
@@ -180,9 +200,11 @@ class JudgeFile(BaseModel):
         try:
             cfg = cls.model_validate({**data, "source": p})
             # Check the judge options now, not when a model is already built.
-            JudgeConfig(name=cfg.name, instructions="", scale=cfg.scale, **cfg.options())
+            JudgeConfig(name=cfg.name, instructions="", scale=cfg.scale, options=cfg.options)
         except ValidationError as e:
-            raise CLIError(f"{p}: invalid judge file:\n{_validation_lines(e)}") from None
+            raise CLIError(
+                f"{p}: invalid judge file:\n{_validation_lines(e, _flat_keys(data))}"
+            ) from None
         return cfg
 
 
@@ -207,14 +229,43 @@ def _parse_config(path: Path, text: str) -> Any:
         raise CLIError(f"{path}: invalid JSON: {e}") from None
 
 
-def _validation_lines(e: ValidationError) -> str:
+def _flat_keys(data: dict[str, Any]) -> dict[str, str]:
+    """Where each flat option key of the file went: `options.<group>.<field>` -> key."""
+    return {
+        ".".join(("options", *LEGACY_OPTIONS[k])): k
+        for k, v in data.items()
+        if k in LEGACY_OPTIONS and (is_flat_option(k, v) or k == "max_retries")
+    }
+
+
+def _known_keys(loc: tuple[int | str, ...]) -> str:
+    model: type[BaseModel] = JudgeFile
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None or not isinstance(field.annotation, type):
+            break
+        if not issubclass(field.annotation, BaseModel):
+            break
+        model = field.annotation
+    return ", ".join(k for k in model.model_fields if k != "source")
+
+
+def _validation_lines(e: ValidationError, flat: dict[str, str] | None = None) -> str:
     lines = []
     for err in e.errors():
         where = ".".join(str(x) for x in err["loc"]) or "(file)"
+        # a flat key of earlier versions is named as the file wrote it
+        where = next(
+            (
+                f"{key} ({where})"
+                for path, key in (flat or {}).items()
+                if where == path or where.startswith(path + ".")
+            ),
+            where,
+        )
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            known = ", ".join(k for k in JudgeFile.model_fields if k != "source")
-            msg = f"unknown key (known keys: {known})"
+            msg = f"unknown key (known keys: {_known_keys(err['loc'])})"
         lines.append(f"  {where}: {msg}")
     return "\n".join(lines)
 
@@ -244,11 +295,18 @@ embeddings = "openai:text-embedding-3-small"
 
 memory = "memalign_memory/helpfulness"          # the memory folder, relative to this file
 k = 5                                           # past cases retrieved per judgment
+
+# Judge options, one table a concern (see docs/cli.md and JudgeOptions); unset keeps
+# the default, and "off" turns off an option whose None means off. These tables come
+# after every key above. For example:
+# [options.retrieval]
+# min_similarity = "off"                        # show bare verdicts too, however far
+# [options.reflection]
 # guideline_token_budget = 800
-# Any other JudgeConfig option, e.g. (see docs/cli.md; "off" turns an option off):
-# min_episode_similarity = "off"                  # show bare verdicts too, however far
-# validate_guidelines = "all"                     # check guidelines on every seen case
-# pairwise_mode = "both_orders"                   # for scale = "pairwise"
+# [options.validation]
+# mode = "all"                                  # check guidelines on every seen case
+# [options.prompt]
+# pairwise_mode = "both_orders"                 # for scale = "pairwise"
 '''
 
 

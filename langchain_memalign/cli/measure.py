@@ -11,6 +11,7 @@ from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo, fmt_number, read_feedback, shorten, to_json, usage_line
 from langchain_memalign.cli.judge_file import EXIT_FAILED, EXIT_OK, CLIError, build_models
 from langchain_memalign.cli.progress import ascii_curve
+from langchain_memalign.config import merge_options
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 
@@ -121,8 +122,11 @@ def cmd_curve(ctx: Context) -> int:
             embeddings=models.embeddings,
             scale=cfg.scale,
             reflection_model=models.reflection,
+            k=cfg.k,
             # the model grades seen cases too: the curve shows what it learned from them
-            **{**cfg.options(), "reuse_expert_verdicts": False},
+            options=merge_options(
+                cfg.options.model_dump(), {"retrieval": {"reuse_expert_verdicts": False}}
+            ),
         )
 
     points = [s for s in shards if s <= n_train]

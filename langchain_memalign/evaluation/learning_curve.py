@@ -222,7 +222,8 @@ def learning_curve(
         ordinal: Whether the scale is ordered (see `agreement_report`).
         evaluate_seen: Also measure agreement on the feedback aligned so far.
             A `MemAlignJudge` answers seen cases with the experts' own verdicts
-            unless built with `reuse_expert_verdicts=False`; build it so to
+            unless built with `options={"retrieval": {"reuse_expert_verdicts": False}}`;
+            build it so to
             measure what the model learned from them.
         stratify: Keep label proportions in the split.
         max_concurrency: Parallel judgments when evaluating.

@@ -133,7 +133,7 @@ class AlignNodes(ForgetStep):
         calibrator: ScoreCalibrator | None = None,
     ) -> None:
         self.memory = memory
-        retries = memory.config.max_retries
+        retries = memory.config.options.max_retries
         self.reflection_model = model
         self.validator = validator
         self.calibrator = calibrator
@@ -161,10 +161,11 @@ class AlignNodes(ForgetStep):
         batch = state["batch"]
         ids = [fb.id for fb in batch]
         cfg = self.memory.config
-        if cfg.reflection == "pairs":
+        if cfg.options.reflection.mode == "pairs":
             return self._reflect_pair(batch, state.get("reflecting") or ids, config)
+        shown_chars = cfg.options.retrieval.episode_max_chars
         contrast, existing, max_chars = fit_reflection(
-            batch, self._contrast(batch), self.memory.guidelines, cfg.episode_max_chars
+            batch, self._contrast(batch), self.memory.guidelines, shown_chars
         )
         messages = reflect_messages(
             cfg.instructions, cfg.scale, batch, existing, max_chars, contrast=contrast,
@@ -172,7 +173,7 @@ class AlignNodes(ForgetStep):
         citable = ids + [fb.id for fb in contrast]
         reflector = StructuredCaller(
             self.reflection_model, reflection_schema(citable), what="reflection",
-            retries=cfg.max_retries,
+            retries=cfg.options.max_retries,
         )  # fmt: skip
         try:
             out, usage = reflector.invoke(messages, config)
@@ -201,9 +202,10 @@ class AlignNodes(ForgetStep):
         """
         cfg = self.memory.config
         cited = [fb.id for fb in group]
-        messages = pair_messages(cfg.instructions, cfg.scale, group, cfg.episode_max_chars)
+        max_chars = cfg.options.retrieval.episode_max_chars
+        messages = pair_messages(cfg.instructions, cfg.scale, group, max_chars)
         caller = StructuredCaller(
-            self.reflection_model, Rule, what="reflection", retries=cfg.max_retries
+            self.reflection_model, Rule, what="reflection", retries=cfg.options.max_retries
         )
         try:
             out, usage = caller.invoke(messages, config)
@@ -229,7 +231,7 @@ class AlignNodes(ForgetStep):
         A batch that holds only failing cases cannot show the model when its rule does
         not apply; already-learned cases with other verdicts can.
         """
-        n = self.memory.config.reflect_contrast
+        n = self.memory.config.options.reflection.contrast
         if n <= 0:
             return []
         values = {repr(fb.value) for fb in batch}
@@ -262,7 +264,7 @@ class AlignNodes(ForgetStep):
         known.update(mem.store.get_feedback((cited | shown_ids) - known.keys()))
         rejected: list[RejectedGuideline] = []
         candidates: list[Proposal] = []
-        pairs = mem.config.reflection == "pairs"
+        pairs = mem.config.options.reflection.mode == "pairs"
         for r in reflections:
             # Each proposal against what its own prompt showed: linear in the feedback.
             shown = [known[i] for i in r.shown_ids if i in known]
@@ -276,7 +278,7 @@ class AlignNodes(ForgetStep):
                     candidates.append(p)
         # A pair's rule has its pair as sources by construction; the support test is for
         # what a model cites (docs/decisions.md#reflection-contrast-pairs).
-        min_support = None if pairs else mem.config.source_support
+        min_support = None if pairs else mem.config.options.reflection.source_support
         rationale_ids = (
             []
             if min_support is None
@@ -442,7 +444,8 @@ class AlignNodes(ForgetStep):
 
     def route_consolidation(self, state: AlignState) -> str:
         """Consolidate only when the guidelines outgrow their token budget."""
-        over = total_tokens(self.memory.guidelines) > self.memory.config.guideline_token_budget
+        budget = self.memory.config.options.reflection.guideline_token_budget
+        over = total_tokens(self.memory.guidelines) > budget
         return "consolidate" if over else END
 
     def consolidate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
@@ -452,7 +455,7 @@ class AlignNodes(ForgetStep):
         # Past the prompt budget, this consolidation merges the guidelines that fit;
         # the next one (still over the guideline budget) takes the rest.
         guidelines = shown_guidelines(list(mem.guidelines), limits.prompt_budget_chars() // 2)
-        max_words = max(30, int(cfg.guideline_token_budget * 0.45))
+        max_words = max(30, int(cfg.options.reflection.guideline_token_budget * 0.45))
         try:
             out, usage = self.consolidator.invoke(
                 consolidate_messages(cfg.instructions, guidelines, max_words), config

@@ -111,7 +111,7 @@ class AlignmentRun:
             to_reflect = [fb for fb in added + updated if fb.rationale]
             to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
             state: AlignState = {"to_store": added + updated, "to_reflect": to_reflect}
-            if mem.config.reflection == "pairs" and to_reflect:
+            if mem.config.options.reflection.mode == "pairs" and to_reflect:
                 # Each item beside the most similar case graded otherwise; the vectors
                 # are the ones `merge` stores, embedded once.
                 texts = [mem.case_text(fb.inputs, fb.outputs) for fb in to_reflect]
@@ -122,7 +122,9 @@ class AlignmentRun:
                     for fb, t, v in zip(to_reflect, texts, vectors, strict=True)
                 }
             else:
-                state["batches"] = mixed_batches(to_reflect, mem.config.reflect_batch_size)
+                state["batches"] = mixed_batches(
+                    to_reflect, mem.config.options.reflection.batch_size
+                )
             out = self.graph.invoke(state, config)
             after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
         report = AlignReport(
@@ -161,8 +163,8 @@ class AlignmentRun:
                 f"judge {cfg.name!r}: score calibration is for integer scales of up to "
                 f"{MAX_LEVELS} values, not {_scale_name(cfg.scale)}"
             )
-        if not cfg.calibrate_scores:
-            raise ValueError(f"judge {cfg.name!r}: calibrate_scores is off")
+        if not cfg.options.calibration.enabled:
+            raise ValueError(f"judge {cfg.name!r}: score calibration is off (options.calibration)")
         with _rolled_back_as_documented("calibrate", mem.store.supports_atomic), mem.atomic():
             wanted = mem.store.feedback_ids() if ids is None else ids
             found = mem.store.get_feedback(wanted)

@@ -6,7 +6,7 @@ case left out (`seen_cases.grade_unseen`). The judge's score beside the expert's
 calibration pair (`memory.calibration`). A grading that showed a past case is not kept:
 the calibration corrects judgments that have no past case to go by, and is applied to
 those only (`graphs.judge`). Cost: one judge call per item, at most
-`JudgeConfig.calibrate_max_calls` an align; items past that keep no pair.
+`CalibrationOptions.max_calls` an align; items past that keep no pair.
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ class ScoreCalibrator:
     ) -> CalibrationReport | None:
         """Grade `cases` as unseen and commit their pairs; None if there is nothing to do.
 
-        At most `max_calls` cases are graded (by default `calibrate_max_calls`). Nothing
+        At most `max_calls` cases are graded (by default `options.calibration.max_calls`). Nothing
         is done when the judge does not calibrate or no case is given.
         """
         mem = self.memory
         cfg = mem.config
-        if not cfg.calibrate_scores or not calibrates(cfg.scale) or not cases:
+        opts = cfg.options.calibration
+        if not opts.enabled or not calibrates(cfg.scale) or not cases:
             return None
-        budget = cfg.calibrate_max_calls if max_calls is None else max_calls
+        budget = opts.max_calls if max_calls is None else max_calls
         graded = list(cases)[:budget]
         vectors = mem.store.episode_vectors(fb.id for fb in graded)
         guidelines_of = {fb.id: mem.select_guidelines(vectors.get(fb.id)) for fb in graded}

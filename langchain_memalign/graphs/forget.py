@@ -49,7 +49,7 @@ class ForgetStep:
     ) -> list[Guideline]:
         """Guidelines whose remaining sources' rationales still support them, re-cited."""
         mem = self.memory
-        threshold = mem.config.source_support
+        threshold = mem.config.options.reflection.source_support
         rationales = {s: fb.rationale for s, fb in support.items() if fb.rationale}
         vectors = mem.guideline_vectors
         ids = [g.id for g in mem.guidelines]
@@ -96,7 +96,7 @@ class ForgetStep:
 
             def one(g: Guideline) -> Any:
                 remaining = [support[s] for s in g.source_ids if s in support]
-                chars = case_chars(len(remaining), cfg.episode_max_chars)
+                chars = case_chars(len(remaining), cfg.options.retrieval.episode_max_chars)
                 msgs = rederive_messages(cfg.instructions, g, remaining, chars)
                 return self.rederiver.invoke(msgs, config)
 

@@ -108,7 +108,7 @@ class JudgeNodes:
             model,
             cfg.scale.verdict_schema(score_first=cfg.score_first),
             what=f"judge {cfg.name!r}",
-            retries=cfg.max_retries,
+            retries=cfg.options.max_retries,
             rate_limiter=rate_limiter,
             budgeted=False,
         )
@@ -119,7 +119,7 @@ class JudgeNodes:
                 model,
                 SEPARATE_SCALE.verdict_schema(score_first=cfg.score_first),
                 what=f"judge {cfg.name!r} (one output of a pair)",
-                retries=cfg.max_retries,
+                retries=cfg.options.max_retries,
                 rate_limiter=rate_limiter,
                 budgeted=False,
             )
@@ -173,8 +173,9 @@ class JudgeNodes:
     ) -> Any:
         cfg = self.memory.config
         return judge_messages(
-            cfg.instructions, cfg.scale, case, guidelines, episodes, cfg.episode_max_chars,
-            cfg.judge_prompt, score_first=cfg.score_first,
+            cfg.instructions, cfg.scale, case, guidelines, episodes,
+            cfg.options.retrieval.episode_max_chars, cfg.options.prompt.layout,
+            score_first=cfg.score_first,
         )  # fmt: skip
 
     def _calls(
@@ -184,17 +185,18 @@ class JudgeNodes:
 
         One call, except for a pairwise case whose two outputs can be told apart: then
         the case as given and swapped (`"both_orders"`), or each output alone
-        (`"separate"`), as `pairwise_mode` says.
+        (`"separate"`), as `options.prompt.pairwise_mode` says.
         """
         cfg = self.memory.config
-        mode = cfg.pairwise_mode if cfg.scale.kind == "pairwise" else "one_order"
+        mode = cfg.options.prompt.pairwise_mode if cfg.scale.kind == "pairwise" else "one_order"
         if mode == "separate" and self.rating is not None:
             pair = split_outputs(case.get("outputs"))
             if pair is not None:
                 alone = [{**case, "outputs": output} for output in pair]
                 return mode, [
                     (self.rating, separate_messages(
-                        cfg.instructions, c, guidelines, episodes, cfg.episode_max_chars,
+                        cfg.instructions, c, guidelines, episodes,
+                        cfg.options.retrieval.episode_max_chars,
                         score_first=cfg.score_first,
                     ))
                     for c in alone
@@ -276,7 +278,7 @@ class JudgeNodes:
         score, comment = verdict.score, verdict.rationale
         # Calibrated only without a past case in the prompt: the pairs were graded so,
         # and a near duplicate's score (often the case's own) is not the judge's habit.
-        if self.memory.config.calibrate_scores and not state.get("episodes"):
+        if self.memory.config.options.calibration.enabled and not state.get("episodes"):
             view = self.memory.snapshot(state.get("memory_seq"))
             score, evidence = view.calibration.apply(score)
             if evidence is not None:
@@ -311,7 +313,7 @@ class JudgeNodes:
     # costs a call. Conflicting experts are left to the model.
     def expert_verdict(self, state: JudgeState) -> dict[str, Any] | None:
         """The experts' verdict when the case is one they graded and they agree, else None."""
-        if not self.memory.config.reuse_expert_verdicts:
+        if not self.memory.config.options.retrieval.reuse_expert_verdicts:
             return None
         case = tuple(render(state.get(k)) for k in ("inputs", "outputs", "reference_outputs"))
         same = [

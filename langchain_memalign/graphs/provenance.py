@@ -196,7 +196,7 @@ def supporting_sources(
     """The cited feedback whose rationale supports the guideline, best first.
 
     A source is kept when its rationale is similar enough to the guideline, absolutely
-    (`min_similarity`, `JudgeConfig.source_support`) and relative to the best cited one
+    (`min_similarity`, `ReflectionOptions.source_support`) and relative to the best cited one
     (`SUPPORT_RELATIVE`); the values suit MiniLM-like embeddings, where a rationale stating
     a rule scores well above unrelated rationales of the same domain.
     Sources with no rationale cannot support a rule and are dropped. An empty result

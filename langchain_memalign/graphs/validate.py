@@ -6,13 +6,13 @@ new guideline could affect (its sources, the nearest seen cases with other score
 the nearest other non-sources, or every seen case) are graded twice with the memory as
 it now is, expert-verdict reuse off and each case's own episode left out of its
 retrieval: once without the new guidelines and once with them. A guideline that breaks
-more expert verdicts than it fixes (with `JudgeConfig.validate_require_fix`, one that
+more expert verdicts than it fixes (with `ValidationOptions.require_fix`, one that
 does not fix more than it breaks) is narrowed once by the reflection model and checked
 again, or dropped. Its breaks are graded a second time first, and one that does not
 happen again is not counted (`_unconfirmed`).
 
 Cost: two judge calls per case checked, two more per break confirmed, and one more call
-plus one per case for a narrowing, all capped by `JudgeConfig.validate_max_calls` in that
+plus one per case for a narrowing, all capped by `ValidationOptions.max_calls` in that
 order.
 """
 
@@ -58,7 +58,7 @@ class GuidelineValidator:
         self.judge_nodes = judge_nodes
         self.narrower = StructuredCaller(
             reflection_model, Narrowed, what="guideline narrowing",
-            retries=memory.config.max_retries,
+            retries=memory.config.options.max_retries,
         )  # fmt: skip
 
     # -- which cases -----------------------------------------------------------------
@@ -70,7 +70,7 @@ class GuidelineValidator:
         a score none of its sources has, then as many of the nearest other non-sources.
         """
         mem = self.memory
-        if mem.config.validate_guidelines == "all":
+        if mem.config.options.validation.mode == "all":
             rest = [i for i in mem.store.feedback_ids() if i not in g.source_ids]
             return [*g.source_ids, *rest]
         vectors = mem.guideline_vectors
@@ -151,11 +151,11 @@ class GuidelineValidator:
     ) -> tuple[list[GuidelineCheck], Usage, list[str]]:
         """Check new guidelines on seen cases; commit drops and narrowings; report each."""
         mem = self.memory
-        cfg = mem.config
-        budget = cfg.validate_max_calls
+        opts = mem.config.options.validation
+        budget = opts.max_calls
         current = {g.id: g for g in mem.guidelines}
         new = [current[i] for i in new_ids if i in current]
-        if cfg.validate_guidelines == "off" or budget < 2 or not new:
+        if opts.mode == "off" or budget < 2 or not new:
             return [], Usage(), []
         cases_of = {g.id: self.cases_for(g) for g in new}
         order = list(dict.fromkeys(c for g in new for c in cases_of[g.id]))
@@ -173,7 +173,7 @@ class GuidelineValidator:
         effects = {g.id: _effect(checked_of[g.id], before, after) for g in new}
         # Breaks that would reject a guideline are graded once more before they count.
         rejecting = [
-            c for g in new if _rejects(*effects[g.id], cfg.validate_require_fix)
+            c for g in new if _rejects(*effects[g.id], opts.require_fix)
             for c in effects[g.id][1]
         ]  # fmt: skip
         to_confirm = [feedback[c] for c in dict.fromkeys(rejecting)][: budget // 2]
@@ -194,7 +194,7 @@ class GuidelineValidator:
                 guideline_id=g.id, text=g.text, cases=checked, fixed=fixed, broken=broken,
                 unconfirmed=[c for c in first_broken if c in unconfirmed], action="kept",
             )  # fmt: skip
-            if _rejects(fixed, broken, cfg.validate_require_fix):
+            if _rejects(fixed, broken, opts.require_fix):
                 check.action = "dropped"
                 # Narrowing spares broken cases; with none broken (a guideline that only
                 # fixed nothing) there is nothing to narrow it away from.
@@ -247,7 +247,7 @@ class GuidelineValidator:
         supporting = [feedback[s] for s in g.source_ids if s in feedback and s not in broken]
         messages = narrow_messages(
             cfg.instructions, cfg.scale, g, supporting, [feedback[b] for b in broken],
-            cfg.episode_max_chars,
+            cfg.options.retrieval.episode_max_chars,
         )  # fmt: skip
         try:
             out, usage = self.narrower.invoke(messages, config)
@@ -265,7 +265,7 @@ class GuidelineValidator:
         again, u = self._grade(cases, {g.id: candidate}, config)
         usage = usage + u
         fixed, broken_now = _effect([c for c in again if c in before], before, again)
-        rejected = _rejects(fixed, broken_now, cfg.validate_require_fix)
+        rejected = _rejects(fixed, broken_now, cfg.options.validation.require_fix)
         return (None if rejected else candidate), usage
 
     def _commit(self, dropped: list[str], narrowed: list[Guideline], usage: Usage) -> None:

@@ -168,8 +168,8 @@ class PublishingMemory:
 
     def _index_options(self) -> dict[str, Any]:
         return {
-            "hnsw_threshold": self.config.hnsw_threshold,
-            "ef_search": self.config.hnsw_ef_search,
+            "hnsw_threshold": self.config.options.retrieval.hnsw_threshold,
+            "ef_search": self.config.options.retrieval.hnsw_ef_search,
         }
 
     def _open_index(self, ids: list[int], vectors: np.ndarray | None) -> EpisodicIndex:

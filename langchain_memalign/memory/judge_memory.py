@@ -31,7 +31,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from langchain_memalign._text import render, stable_hash, truncate
-from langchain_memalign.config import JudgeConfig
+from langchain_memalign.config import JudgeConfig, config_with_overrides
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._config_checks import CONFIG_BOUNDS as CONFIG_BOUNDS
@@ -105,14 +105,18 @@ class JudgeMemory(PublishingMemory):
 
     @classmethod
     def load(cls, folder: Location, embeddings: Embeddings, **overrides: Any) -> JudgeMemory:
-        """Open a saved memory (a folder or a `postgresql://` URL); makes no embedding call."""
+        """Open a saved memory (a folder or a `postgresql://` URL); makes no embedding call.
+
+        `overrides` (`k`, `options`) change the stored configuration; the options given
+        replace the stored ones field by field (`config.config_with_overrides`).
+        """
         store = open_store(folder, create=False)
         try:
             stored = store.get_meta("config")
             if stored is None:
                 raise MemoryFormatError(f"{folder}: memory has no judge configuration")
             old = _stored_config(stored, folder)
-            config = JudgeConfig.model_validate({**stored, **overrides})
+            config = JudgeConfig.model_validate(config_with_overrides(stored, overrides))
             check_config_bounds(config.model_dump(mode="json"), where=None)
             _check_identity(old, config, folder)
             memory = cls(store, embeddings, config)
@@ -205,9 +209,9 @@ class JudgeMemory(PublishingMemory):
     def case_text(self, inputs: Any, outputs: Any = None) -> str:
         """The text embedded for a case: identical for stored episodes and new cases."""
         text = render(inputs)
-        if self.config.embed == "inputs_outputs" and outputs is not None:
+        if self.config.options.retrieval.embed == "inputs_outputs" and outputs is not None:
             text = f"{text}\n{render(outputs)}"
-        return truncate(text, self.config.embed_max_chars) or "(empty)"
+        return truncate(text, self.config.options.retrieval.embed_max_chars) or "(empty)"
 
     def embed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
         """Embed texts in one call."""
@@ -268,7 +272,8 @@ class JudgeMemory(PublishingMemory):
     def needs_query_vector(self, view: MemoryView | None = None) -> bool:
         """Whether a judgment needs the case embedded (nothing to retrieve: no call)."""
         view = view or self._view
-        over_budget = total_tokens(view.guidelines) > self.config.guideline_token_budget
+        budget = self.config.options.reflection.guideline_token_budget
+        over_budget = total_tokens(view.guidelines) > budget
         return (len(view.index) > 0 and self.config.k > 0) or over_budget
 
     def select_guidelines(
@@ -277,9 +282,8 @@ class JudgeMemory(PublishingMemory):
         """Guidelines for a judgment's working memory, within the token budget."""
         view = view or self._view
         q = None if query_vector is None else np.asarray(query_vector, dtype=np.float32)
-        return select_guidelines(
-            view.guidelines, view.guideline_vectors, q, self.config.guideline_token_budget
-        )
+        budget = self.config.options.reflection.guideline_token_budget
+        return select_guidelines(view.guidelines, view.guideline_vectors, q, budget)
 
     def retrieve(
         self,
@@ -292,14 +296,15 @@ class JudgeMemory(PublishingMemory):
     ) -> list[Episode]:
         """The `k` most similar past cases, as of one version of the memory.
 
-        Those below their similarity floor (`min_episode_similarity`, or
-        `min_episode_similarity_with_rationale` for those with a rationale) are left
-        out; `floors=False` returns the `k` nearest. `case`: the (inputs, outputs) being
+        Those below their similarity floor (`options.retrieval.min_similarity`, or
+        `min_similarity_with_rationale` for those with a rationale) are left out;
+        `floors=False` returns the `k` nearest. `case`: the (inputs, outputs) being
         judged; with `show_other_answers=False`, past cases with its inputs and other
         outputs are left out too.
         """
         view = view or self._view
         k = self.config.k if k is None else k
+        show_other_answers = self.config.options.retrieval.show_other_answers
         if query_vector is None or k <= 0:
             return []
         hits = view.index.search(query_vector, k)
@@ -311,18 +316,10 @@ class JudgeMemory(PublishingMemory):
             fb = rows.get(rowid)
             if fb is None:  # older than the kept before-images (64 commits ago)
                 continue
-            floor = (
-                self.config.min_episode_similarity_with_rationale
-                if fb.rationale
-                else self.config.min_episode_similarity
-            )
+            floor = self.config.floor(with_rationale=bool(fb.rationale))
             if floors and floor is not None and score < floor:
                 continue
-            if (
-                case is not None
-                and not self.config.show_other_answers
-                and is_other_answer(fb, *case)
-            ):
+            if case is not None and not show_other_answers and is_other_answer(fb, *case):
                 continue
             episodes.append(
                 Episode(

@@ -11,6 +11,7 @@ file puts `tests/` on `sys.path`.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from pg_server import TempPostgres, find_bindir
 
 from langchain_memalign import Feedback, MemAlignJudge
+from langchain_memalign.config import merge_options, options_mapping
 
 INSTRUCTIONS = "Is the support reply helpful?\nUser: {inputs}\nReply: {outputs}"
 
@@ -62,8 +64,33 @@ def embeddings() -> HashEmbeddings:
     return HashEmbeddings()
 
 
+# What the unit tests' judges set unless a test says otherwise.
+TEST_OPTIONS: dict[str, Any] = {
+    # Validation spends judge calls after each align; the tests that count calls
+    # elsewhere turn it off, and test_validate.py tests it.
+    "validation": {"mode": "off"},
+    # Bag-of-words fake embeddings do not measure support; test_provenance.py
+    # tests the check with vectors made for it.
+    # Bag-of-words fake embeddings put related cases far below the default floor
+    # of 0.9; test_judge_graph.py tests the floor.
+    "retrieval": {"min_similarity": None, "min_similarity_with_rationale": None},
+    # The tests of alignment's bookkeeping script one proposal per feedback item, as
+    # batch reflection asks; graphs/test_pairs.py tests the default, pairs.
+    "reflection": {"source_support": None, "mode": "batch"},
+}
+# The constructor's own parameters; every other keyword of `make_judge` is an option.
+JUDGE_PARAMS = frozenset(inspect.signature(MemAlignJudge.__init__).parameters) - {"self"}
+
+
 @pytest.fixture
 def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
+    """A judge on the fake models: `make_judge(k=2, validate_guidelines="all")`.
+
+    Options may be given flat, by their names of earlier versions, as hundreds of tests
+    do (`config.LEGACY_OPTIONS` maps them), or as `options={...}`; both go over
+    `TEST_OPTIONS`, group by group.
+    """
+
     def make(**kwargs: Any) -> MemAlignJudge:
         args: dict[str, Any] = {
             "name": "helpfulness",
@@ -72,21 +99,10 @@ def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
             "embeddings": embeddings,
             "scale": bool,
             "k": 3,
-            # Validation spends judge calls after each align; the tests that count calls
-            # elsewhere turn it off, and test_validate.py tests it.
-            "validate_guidelines": "off",
-            # Bag-of-words fake embeddings do not measure support; test_provenance.py
-            # tests the check with vectors made for it.
-            "source_support": None,
-            # Bag-of-words fake embeddings put related cases far below the default floor
-            # of 0.9; test_judge_graph.py tests the floor.
-            "min_episode_similarity": None,
-            "min_episode_similarity_with_rationale": None,
-            # The tests of alignment's bookkeeping script one proposal per feedback item,
-            # as batch reflection asks; graphs/test_pairs.py tests the default, pairs.
-            "reflection": "batch",
         }
-        args.update(kwargs)
+        flat = {k: kwargs.pop(k) for k in list(kwargs) if k not in JUDGE_PARAMS}
+        options = merge_options(TEST_OPTIONS, options_mapping(kwargs.pop("options", None)))
+        args.update(kwargs, options=merge_options(options, flat))
         return MemAlignJudge(**args)
 
     return make

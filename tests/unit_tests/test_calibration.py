@@ -255,7 +255,7 @@ def test_calibrate_refuses_unknown_ids_and_scales_it_does_not_calibrate(
     with pytest.raises(TypeError, match="not a string"):
         judge.calibrate("c0")
     assert judge_calls(model) == calls  # nothing graded
-    with pytest.raises(ValueError, match="calibrate_scores is off"):
+    with pytest.raises(ValueError, match="score calibration is off"):
         numeric(calibrate_scores=False).calibrate()
     with pytest.raises(ValueError, match="up to 11 values, not a pass/fail scale"):
         make_judge().calibrate()

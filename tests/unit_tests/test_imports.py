@@ -10,11 +10,13 @@ import inspect
 import langchain_memalign
 import langchain_memalign.langsmith
 from langchain_memalign import JudgeConfig, MemAlignJudge
-from langchain_memalign.config import AUTO, FLOORS
 
 EXPECTED_ALL = [
+    "AgreementReport",
     "AlignFailedError",
     "AlignReport",
+    "CalibrationOptions",
+    "CalibrationReport",
     "CritiqueState",
     "EmbeddingMismatchError",
     "Episode",
@@ -22,6 +24,7 @@ EXPECTED_ALL = [
     "Guideline",
     "InvalidFeedbackError",
     "JudgeConfig",
+    "JudgeOptions",
     "JudgeResult",
     "LimitExceededError",
     "MalformedOutputError",
@@ -29,12 +32,16 @@ EXPECTED_ALL = [
     "MemAlignJudge",
     "MemoryFormatError",
     "MemoryUnavailableError",
+    "PromptOptions",
     "ReflectionError",
+    "ReflectionOptions",
+    "RetrievalOptions",
     "Scale",
     "SelfCritique",
     "UnalignReport",
     "UnknownFeedbackError",
     "Usage",
+    "ValidationOptions",
 ]
 
 EXPECTED_LANGSMITH_ALL = [
@@ -75,22 +82,42 @@ def test_cli_entry_point_exports_main_only() -> None:
     assert cli.__all__ == ["main"] and callable(cli.main)
 
 
-def test_judge_options_are_keyword_only_with_the_config_defaults() -> None:
+def test_the_constructor_signature() -> None:
     params = inspect.signature(MemAlignJudge.__init__).parameters
-    positional = [
-        n
-        for n, p in params.items()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and n != "self"
-    ]
-    assert positional == ["name", "instructions", "model", "embeddings"]
-    assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
-    # every JudgeConfig option is a keyword of the constructor, with the same default
-    # (the similarity floors: "auto", which JudgeConfig resolves from the scale)
-    for field, info in JudgeConfig.model_fields.items():
-        if field in ("name", "instructions", "scale"):
+    assert list(params) == [
+        "self", "name", "instructions", "model", "embeddings",
+        "scale", "k", "path", "reflection_model", "rate_limiter", "options",
+    ]  # fmt: skip
+    positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == ["self", "name", "instructions", "model", "embeddings"]
+    assert not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params.values())
+    assert params["k"].default == JudgeConfig.model_fields["k"].default
+    assert params["options"].default is None
+
+
+def test_every_public_return_type_is_exported() -> None:
+    """What a public method of the judge returns can be imported from the package."""
+    import typing
+
+    exported = {getattr(langchain_memalign, n) for n in langchain_memalign.__all__}
+    # the names the judge module imports only for type checking
+    names = {
+        **vars(langchain_memalign.judge),
+        "AgreementReport": langchain_memalign.AgreementReport,
+    }
+    for name, member in inspect.getmembers(MemAlignJudge):
+        if name.startswith("_") or name in ("load", "InputType", "OutputType"):
             continue
-        assert params[field].kind is inspect.Parameter.KEYWORD_ONLY, field
-        assert params[field].default == (AUTO if field in FLOORS else info.default), field
+        if not inspect.isfunction(member) and not isinstance(member, property):
+            continue
+        func = member.fget if isinstance(member, property) else member
+        if func.__qualname__.split(".")[0] != "MemAlignJudge":
+            continue  # inherited from Runnable
+        hints = typing.get_type_hints(func, names)
+        returned = hints.get("return")
+        for t in (returned, *typing.get_args(returned)):
+            if isinstance(t, type) and t.__module__.startswith("langchain_memalign"):
+                assert t in exported, (name, t)
 
 
 def test_the_core_loads_without_the_toolkits() -> None:

@@ -58,7 +58,7 @@ def test_pairwise_judges_both_orders(
     assert len(model.calls) == 2
     # turned off: one call, the model's first-order verdict
     model.calls.clear()
-    judge.memory.config.pairwise_mode = "one_order"
+    judge.memory.config.options.prompt.pairwise_mode = "one_order"
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
     assert len(model.calls) == 1 and "position_consistent" not in out["metadata"]
 
@@ -160,11 +160,15 @@ def test_split_outputs_and_the_legacy_pairwise_flag() -> None:
     assert split_outputs("x") is None and split_outputs([1, 2, 3]) is None
     # Memories saved before pairwise_mode stored a boolean; they reopen with its meaning.
     base = {"name": "p", "instructions": "{outputs}", "scale": "pairwise"}
-    assert JudgeConfig(**base, pairwise_both_orders=False).pairwise_mode == "one_order"
-    assert JudgeConfig(**base, pairwise_both_orders=True).pairwise_mode == "both_orders"
-    assert JudgeConfig(**base).pairwise_mode == "separate"
+
+    def mode(**kw: Any) -> str:
+        return JudgeConfig(**base, **kw).options.prompt.pairwise_mode
+
+    assert mode(pairwise_both_orders=False) == "one_order"
+    assert mode(pairwise_both_orders=True) == "both_orders"
+    assert mode() == "separate"
     with pytest.raises(ValueError, match="pairwise_mode"):
-        JudgeConfig(**base, pairwise_mode="sideways")
+        JudgeConfig(**base, options={"prompt": {"pairwise_mode": "sideways"}})
 
 
 def test_a_memory_saved_with_the_old_pairwise_flag_reopens_with_its_meaning(
@@ -174,11 +178,11 @@ def test_a_memory_saved_with_the_old_pairwise_flag_reopens_with_its_meaning(
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
         config = json.loads(raw)
-        del config["pairwise_mode"]
+        del config["options"]["prompt"]["pairwise_mode"]
         config["pairwise_both_orders"] = False  # how memories stored it before pairwise_mode
         conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(config),))
     judge = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
-    assert judge.memory.config.pairwise_mode == "one_order"
+    assert judge.memory.config.options.prompt.pairwise_mode == "one_order"
     judge.close()
 
 

@@ -28,8 +28,11 @@ def test_judge_and_align_over_an_openai_compatible_server() -> None:
             instructions="{inputs} -> {outputs}",
             model=model,
             embeddings=embeddings,
-            validate_guidelines="off",  # this test counts the reflection call's tokens
-            source_support=None,  # the fake server's vectors do not measure support
+            options={
+                "validation": {"mode": "off"},  # this test counts the reflection call's tokens
+                # the fake server's vectors do not measure support
+                "reflection": {"source_support": None},
+            },
         )
         report = judge.align(
             [
@@ -63,7 +66,11 @@ def test_garbage_from_server_is_retried_then_raised() -> None:
             "local", "minilm", base_url=server.url, api_key="local"
         )
         judge = MemAlignJudge(
-            name="h", instructions="{inputs}", model=model, embeddings=embeddings, max_retries=1
+            name="h",
+            instructions="{inputs}",
+            model=model,
+            embeddings=embeddings,
+            options={"max_retries": 1},
         )
         with pytest.raises(MalformedOutputError, match="judge 'h'.*I cannot answer that"):
             judge.invoke({"inputs": "x"})

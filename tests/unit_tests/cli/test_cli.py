@@ -32,7 +32,7 @@ from langchain_memalign.cli.show import memory_summary
 
 ROOT = Path(__file__).resolve().parents[3]
 
-CONFIG = '''\
+BASE_CONFIG = '''\
 name = "helpfulness"
 scale = "bool"
 instructions = """Is this support reply helpful?
@@ -42,10 +42,10 @@ model = "openai:gpt-4.1-mini"
 embeddings = "openai:text-embedding-3-small"
 memory = "mem"
 k = 3
-# One guideline per feedback item, each checked on seen cases: what these tests read back.
-reflection = "batch"
-validate_guidelines = "sources"
 '''
+# One guideline per feedback item, each checked on seen cases: what these tests read back.
+# (Dotted keys, so that a test may append top-level keys.)
+CONFIG = BASE_CONFIG + 'options.reflection.mode = "batch"\noptions.validation.mode = "sources"\n'
 
 
 def empathy_rule(case: str, memory: str) -> dict[str, Any]:
@@ -647,38 +647,60 @@ def test_ascii_curve() -> None:
 
 
 def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
-    from langchain_memalign.config import JudgeConfig
+    from langchain_memalign import JudgeOptions
 
-    # a new JudgeConfig option must be settable from the file too
-    options = set(JudgeConfig.model_fields) - {"name", "instructions", "scale"}
-    assert options <= set(JudgeFile.model_fields)
+    # the file's options are JudgeOptions itself: a new option is settable from the file
+    assert JudgeFile.model_fields["options"].annotation is JudgeOptions
     env.config.write_text(
-        CONFIG.replace('validate_guidelines = "sources"', 'validate_guidelines = "all"')
-        + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
-        'judge_prompt = "checklist"\nreuse_expert_verdicts = false\n'
-    )
+        BASE_CONFIG + '[options.retrieval]\nmin_similarity_with_rationale = 0.5\n'
+        "reuse_expert_verdicts = false\n"
+        '[options.reflection]\nsource_support = "off"\n'
+        '[options.prompt]\nlayout = "checklist"\n[options.validation]\nmode = "all"\n'
+    )  # fmt: skip
     assert env.run("create")[0] == EXIT_OK
-    stored = memory_summary(env.tmp / "mem")["config"]
-    assert stored["source_support"] is None  # "off"
-    assert stored["min_episode_similarity_with_rationale"] == 0.5
-    assert stored["judge_prompt"] == "checklist" and stored["validate_guidelines"] == "all"
-    assert stored["reuse_expert_verdicts"] is False
-    assert stored["min_episode_similarity"] == 0.9  # unset: the default of a bool scale
+    options = memory_summary(env.tmp / "mem")["config"]["options"]
+    assert options["reflection"]["source_support"] is None  # "off"
+    assert options["retrieval"]["min_similarity_with_rationale"] == 0.5
+    assert options["prompt"]["layout"] == "checklist" and options["validation"]["mode"] == "all"
+    assert options["retrieval"]["reuse_expert_verdicts"] is False
+    assert options["retrieval"]["min_similarity"] == 0.9  # unset: the default of a bool scale
     env.config.write_text(CONFIG.replace('"bool"', "[1, 5]").replace('"mem"', '"mem5"'))
     assert env.run("create")[0] == EXIT_OK
-    stored = memory_summary(env.tmp / "mem5")["config"]
+    retrieval = memory_summary(env.tmp / "mem5")["config"]["options"]["retrieval"]
     # unset on a numeric scale: near duplicates only, with or without a rationale
-    assert stored["min_episode_similarity"] == 0.9
-    assert stored["min_episode_similarity_with_rationale"] == 0.9
+    assert retrieval["min_similarity"] == 0.9
+    assert retrieval["min_similarity_with_rationale"] == 0.9
     env.config.write_text(CONFIG.replace('"mem"', '"memb"'))
     assert env.run("create")[0] == EXIT_OK
     # unset on a bool scale: the k nearest past cases that carry a rationale
-    assert (
-        memory_summary(env.tmp / "memb")["config"]["min_episode_similarity_with_rationale"] is None
+    retrieval = memory_summary(env.tmp / "memb")["config"]["options"]["retrieval"]
+    assert retrieval["min_similarity_with_rationale"] is None
+    env.config.write_text(CONFIG + '[options.prompt]\npairwise_mode = "sometimes"\n')
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE and "options.prompt.pairwise_mode" in err
+    env.config.write_text(BASE_CONFIG + '[options.validation]\nmde = "all"\n')
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE and "options.validation.mde: unknown key" in err
+    assert "known keys: mode, require_fix, max_calls" in err
+
+
+def test_the_judge_file_reads_the_flat_option_keys_of_earlier_versions(env: Env) -> None:
+    env.config.write_text(
+        CONFIG + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
+        'judge_prompt = "checklist"\nvalidate_guidelines = "off"\nreuse_expert_verdicts = false\n'
+        'reflection = "pairs"\nmax_retries = 3\n'
     )
+    assert env.run("create")[0] == EXIT_OK
+    options = memory_summary(env.tmp / "mem")["config"]["options"]
+    assert options["reflection"]["source_support"] is None  # "off"
+    assert options["retrieval"]["min_similarity_with_rationale"] == 0.5
+    # "off" turns off an option whose None means off; it is a value of the validation mode
+    assert options["prompt"]["layout"] == "checklist" and options["validation"]["mode"] == "off"
+    assert options["retrieval"]["reuse_expert_verdicts"] is False
+    assert options["reflection"]["mode"] == "pairs" and options["max_retries"] == 3
     env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "pairwise_mode" in err
+    assert code == EXIT_USAGE and "pairwise_mode (options.prompt.pairwise_mode)" in err
     env.config.write_text(CONFIG + 'min_episode_similarity = "never"\n')
     code, _, err = env.run("create")
     assert code == EXIT_USAGE and "min_episode_similarity" in err

@@ -53,9 +53,11 @@ def make() -> Any:
             model=model,
             embeddings=embeddings,
             k=2,
-            validate_guidelines="off",
-            source_support=None,
-            reflection="batch",  # one reflection call per stage: the counts below
+            # one reflection call per stage: the counts below
+            options={
+                "validation": {"mode": "off"},
+                "reflection": {"source_support": None, "mode": "batch"},
+            },
         )
 
     make_judge.model = model  # type: ignore[attr-defined]

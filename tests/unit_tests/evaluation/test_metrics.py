@@ -259,7 +259,7 @@ def test_evaluate_agreement_records_failures() -> None:
         instructions="{inputs} {outputs}",
         model=ScriptedChatModel(responder=RoleResponder(judge_rule=rule)),
         embeddings=HashEmbeddings(),
-        max_retries=0,
+        options={"max_retries": 0},
     )
     rep = evaluate_agreement(judge, [fb("1", "fine", "x", True), fb("2", "boom", "x", True)])
     assert rep.n == 2 and rep.n_scored == 1

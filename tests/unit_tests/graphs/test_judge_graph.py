@@ -9,6 +9,7 @@ import pytest
 from conftest import HOURS, RUDE, SWEATER
 from langgraph.graph import END, START, StateGraph
 
+from langchain_memalign import JudgeOptions
 from langchain_memalign.graphs.judge import JudgeNodes
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
@@ -125,13 +126,11 @@ def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: An
         ("bool", bool, [SWEATER, HOURS, RUDE, *bare]),
         ("categorical", ["bad", "good"], rated),
     ):
-        judge = make_judge(
-            k=6, scale=scale, min_episode_similarity="auto",
-            min_episode_similarity_with_rationale="auto",
-        )  # fmt: skip
+        auto = {"min_similarity": "auto", "min_similarity_with_rationale": "auto"}
+        judge = make_judge(k=6, scale=scale, options={"retrieval": auto})
         judge.align(cases)
-        floors = (judge.config.min_episode_similarity,
-                  judge.config.min_episode_similarity_with_rationale)  # fmt: skip
+        retrieval = judge.config.options.retrieval
+        floors = (retrieval.min_similarity, retrieval.min_similarity_with_rationale)
         found = judge.memory.retrieve(judge.memory.embed([query])[0])
         shown[kind] = (floors, sorted(e.feedback_id for e in found))
         judge.close()
@@ -143,14 +142,15 @@ def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: An
     kept = make_judge(
         scale=(1, 5), min_episode_similarity=0.5, min_episode_similarity_with_rationale="auto"
     )
-    assert kept.config.min_episode_similarity == 0.5
-    assert kept.config.min_episode_similarity_with_rationale == 0.9
+    assert kept.config.options.retrieval.min_similarity == 0.5
+    assert kept.config.options.retrieval.min_similarity_with_rationale == 0.9
     kept = make_judge(scale=bool, min_episode_similarity="auto",
                       min_episode_similarity_with_rationale=0.9)  # fmt: skip
-    assert (
-        kept.config.min_episode_similarity,
-        kept.config.min_episode_similarity_with_rationale,
-    ) == (0.9, 0.9)
+    retrieval = kept.config.options.retrieval
+    assert (retrieval.min_similarity, retrieval.min_similarity_with_rationale) == (0.9, 0.9)
+    # JudgeOptions itself leaves them "auto": the judge's scale decides
+    assert JudgeOptions().retrieval.min_similarity == "auto"
+    assert kept.config.floor(with_rationale=True) == 0.9
 
 
 def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:

@@ -188,13 +188,13 @@ def test_validation_off_spends_nothing(make_judge: Any) -> None:
     report = judge.align([UPSET, CALM])
     assert report.validation == [] and judge_calls(model) == 0
     judge2, _, model2 = make(make_judge)
-    judge2.memory.config.validate_guidelines = "off"
+    judge2.memory.config.options.validation.mode = "off"
     assert judge2.align([UPSET]).validation == [] and judge_calls(model2) == 0
 
 
 def test_validate_all_checks_every_seen_case(make_judge: Any) -> None:
     judge, _, _ = make(make_judge, validate_max_calls=100)
-    judge.memory.config.validate_guidelines = "all"
+    judge.memory.config.options.validation.mode = "all"
     extra = [fb(f"c{i}", f"Question {i}?", "Answer.", True, "Fine.") for i in range(4)]
     report = judge.align([UPSET, CALM, CALM2, *extra])
     [check] = report.validation

@@ -72,7 +72,7 @@ def judge(model: ScriptedChatModel) -> MemAlignJudge:
     # the default floor, and every judgment here should see it.
     judge = MemAlignJudge(
         KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=2,
-        min_episode_similarity=None, min_episode_similarity_with_rationale=None,
+        options={"retrieval": {"min_similarity": None, "min_similarity_with_rationale": None}},
     )  # fmt: skip
     judge.align(
         [

@@ -420,7 +420,7 @@ def test_a_failed_reflection_is_retried_by_the_next_sync(
         "Is it helpful?\n{inputs}\n{outputs}",
         ScriptedChatModel(responder=responder),
         HashEmbeddings(),
-        max_retries=0,
+        options={"max_retries": 0},
     )
     lsid = human(server, add_run(server, project, 0), 0, "bob", comment="Too cold.")
     source = LangSmithFeedbackSource(client, project="prod")
@@ -443,7 +443,7 @@ def test_an_item_failed_in_one_batch_and_retried_in_the_next_is_not_failed(
         "Is it helpful?\n{inputs}\n{outputs}",
         ScriptedChatModel(responder=responder),
         HashEmbeddings(),
-        max_retries=0,
+        options={"max_retries": 0},
     )
     first = human(server, add_run(server, project, 0), 0, "bob", comment="Too cold.")
     second = human(server, add_run(server, project, 1), 1, "ann", comment="Clear.")

@@ -78,7 +78,7 @@ def test_reopening_a_folder_with_the_constructor_keeps_memory(
     assert again.feedback_ids == ["sweater"] and again.config.k == 4
     with pytest.raises(MemoryFormatError, match="holds the memory of judge 'helpfulness'"):
         make_judge(path=tmp_path, name="tone")
-    with pytest.raises(MemoryFormatError, match="different embed"):
+    with pytest.raises(MemoryFormatError, match="different retrieval.embed"):
         make_judge(path=tmp_path, embed="inputs_outputs")
     with pytest.raises(MemoryFormatError, match="different scale"):
         MemAlignJudge.load(tmp_path, model=again.model, embeddings=HashEmbeddings(), scale=(1, 5))

@@ -9,6 +9,7 @@ on this backend too, by tests/unit_tests/memory/test_store_contract.py.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import socket
 import sys
@@ -61,6 +62,26 @@ def rows(db: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 def spawn() -> Any:
     return multiprocessing.get_context("spawn")
+
+
+def test_the_options_round_trip_through_a_database(
+    make_judge: Any, model: Any, db: str, tmp_path: Path
+) -> None:
+    name = "j" + uuid.uuid4().hex[:8]
+    options = {"prompt": {"layout": "plain"}, "validation": {"max_calls": 3}, "max_retries": 4}
+    judge = make_judge(path=judge_url(db, name), options=options)
+    judge.align([SWEATER])
+    want = judge.config
+    judge.close()
+    [(raw,)] = rows(db, "SELECT value FROM memalign_meta WHERE judge=%s AND key='config'", name)
+    assert json.loads(raw) == want.model_dump(mode="json")  # stored nested
+    loaded = MemAlignJudge.load(judge_url(db, name), model=model, embeddings=HashEmbeddings())
+    assert loaded.config == want and loaded.config.options.prompt.layout == "plain"
+    loaded.save(tmp_path / "copy")  # and into a folder
+    loaded.close()
+    copy = MemAlignJudge.load(tmp_path / "copy", model=model, embeddings=HashEmbeddings())
+    assert copy.config == want
+    copy.close()
 
 
 def test_round_trip_align_judge_unalign(make_judge: Any, model: Any, db: str) -> None:
@@ -449,7 +470,9 @@ def test_big_memory_opens_exact_then_swaps_in_hnsw(
 
     monkeypatch.setattr(JudgeMemory, "_build_hnsw", gated)
     emb = HashEmbeddings()
-    reader = MemAlignJudge.load(url, model=model, embeddings=emb, hnsw_threshold=2)
+    reader = MemAlignJudge.load(
+        url, model=model, embeddings=emb, options={"retrieval": {"hnsw_threshold": 2}}
+    )
     assert emb.calls == 0
     assert reader.memory.index.kind == "flat" and not reader.memory.wait_for_index(0)
     writer.unalign(["rude"])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -13,34 +15,46 @@ from fakes import HashEmbeddings, RoleResponder
 from pydantic import ValidationError
 
 from langchain_memalign import MalformedOutputError, MemAlignJudge, MemoryFormatError
+from langchain_memalign.config import LEGACY_OPTIONS
 from langchain_memalign.memory.store import DB_FILE
 from langchain_memalign.scale import Scale
 
 
 def _set_config(folder: Path, **changes: Any) -> None:
+    """Change the stored configuration; a dotted key (`options.reflection.batch_size`)
+    changes a nested field."""
     with sqlite3.connect(folder / DB_FILE) as conn:
         (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
-        config = {**json.loads(raw), **changes}
+        config = json.loads(raw)
+        for path, value in changes.items():
+            *parents, leaf = path.split(".")
+            target = config
+            for p in parents:
+                target = target[p]
+            target[leaf] = value
         conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(config),))
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("max_retries", 1e9),
-        ("max_retries", 10**9),
+        ("options.max_retries", 1e9),
+        ("options.max_retries", 10**9),
         ("k", 10**9),
-        ("guideline_token_budget", 10**12),
-        ("episode_max_chars", 10**10),
-        ("embed_max_chars", -5),
-        ("reflect_batch_size", 10**7),
-        ("hnsw_ef_search", 10**9),
-        ("validate_max_calls", 10**9),
-        ("reflect_contrast", 1000),
-        ("min_episode_similarity", 2.0),
+        ("options.reflection.guideline_token_budget", 10**12),
+        ("options.retrieval.episode_max_chars", 10**10),
+        ("options.retrieval.embed_max_chars", -5),
+        ("options.reflection.batch_size", 10**7),
+        ("options.retrieval.hnsw_ef_search", 10**9),
+        ("options.validation.max_calls", 10**9),
+        ("options.reflection.contrast", 1000),
+        ("options.retrieval.min_similarity", 2.0),
         ("k", float("nan")),
         ("k", True),
         ("k", "5"),
+        # a flat key of earlier versions is checked where it is read, in its group
+        ("reflect_batch_size", 10**7),
+        ("max_retries", 10**9),
     ],
 )
 def test_out_of_bounds_numbers_in_a_folder_raise_memory_format_error(
@@ -50,9 +64,10 @@ def test_out_of_bounds_numbers_in_a_folder_raise_memory_format_error(
     judge.align([HOURS])
     judge.close()
     _set_config(tmp_path, **{field: value})
-    with pytest.raises(MemoryFormatError, match=field):
+    where = ".".join(("options", *LEGACY_OPTIONS[field])) if field in LEGACY_OPTIONS else field
+    with pytest.raises(MemoryFormatError, match=re.escape(f"meta.config.{where} = ")):
         MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
-    with pytest.raises(MemoryFormatError, match=field):
+    with pytest.raises(MemoryFormatError, match=re.escape(where)):
         make_judge(path=tmp_path)  # reopening through the constructor reads it too
 
 
@@ -79,16 +94,31 @@ def test_bounds_hold_for_new_judges_too(make_judge: Any) -> None:
         assert low <= high, field
 
 
+def _unannotated(t: Any) -> Any:
+    return typing.get_args(t)[0] if typing.get_origin(t) is typing.Annotated else t
+
+
 def test_every_number_of_the_config_is_bounded() -> None:
+    from pydantic import BaseModel
+
     from langchain_memalign.config import JudgeConfig
     from langchain_memalign.memory.judge_memory import CONFIG_BOUNDS
 
-    numbers = {
-        name
-        for name, f in JudgeConfig.model_fields.items()
-        if f.annotation in (int, float, "int", "float", float | None, "float | None")
-    }
-    assert numbers <= set(CONFIG_BOUNDS), numbers - set(CONFIG_BOUNDS)
+    def numbers(model: type[BaseModel], prefix: str) -> set[str]:
+        out = set()
+        for name, f in model.model_fields.items():
+            t = f.annotation
+            if name == "scale":
+                continue  # the scale's own bounds are the scale's
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                out |= numbers(t, f"{prefix}{name}.")
+            elif {int, float} & {t, *(_unannotated(a) for a in typing.get_args(t))}:
+                out.add(prefix + name)
+        return out
+
+    found = numbers(JudgeConfig, "")
+    assert found <= set(CONFIG_BOUNDS), found - set(CONFIG_BOUNDS)
+    assert len(found) == 14  # k and the 13 numeric options
 
 
 @pytest.mark.parametrize("spec", [(1, 5), (1, 50), (0.0, 1.0)])

@@ -116,8 +116,9 @@ def test_faults_anywhere_leave_a_whole_memory(ops: list[Any]) -> None:
     judge = MemAlignJudge(
         name="helpfulness", instructions=INSTRUCTIONS,
         model=ScriptedChatModel(responder=chat), embeddings=FaultyEmbeddings(emb_faults),
-        scale=bool, k=2, source_support=0.1, validate_guidelines="sources",
-        validate_max_calls=4, guideline_token_budget=50,
+        scale=bool, k=2,
+        options={"reflection": {"source_support": 0.1, "guideline_token_budget": 50},
+                 "validation": {"mode": "sources", "max_calls": 4}},
     )  # fmt: skip
     judge.align(POOL[:3])  # something to replace and to unalign from the start
     for (kind, idx, variant), fail_in, where in ops:

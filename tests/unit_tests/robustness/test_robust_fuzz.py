@@ -107,8 +107,7 @@ def fuzz_judge() -> MemAlignJudge:
         embeddings=HashEmbeddings(),
         scale=(0.0, 1.0),
         k=2,
-        validate_guidelines="off",
-        source_support=None,
+        options={"validation": {"mode": "off"}, "reflection": {"source_support": None}},
     )
 
 
@@ -138,8 +137,7 @@ def _template() -> bytes:
             embeddings=HashEmbeddings(),
             scale=bool,
             k=2,
-            validate_guidelines="off",
-            source_support=None,
+            options={"validation": {"mode": "off"}, "reflection": {"source_support": None}},
         )
         judge.align([SWEATER, HOURS, RUDE])
         judge.save(d)

@@ -31,8 +31,9 @@ from langchain_memalign import Feedback, MemAlignJudge
 judge = MemAlignJudge(
     name="helpfulness", instructions="Is it helpful? {{inputs}} {{outputs}}",
     model=ScriptedChatModel(responder=RoleResponder()), embeddings=HashEmbeddings(),
-    scale=bool, k=3, validate_guidelines="off", source_support=None,
-    guideline_token_budget=60, path={folder!r},
+    scale=bool, k=3, path={folder!r},
+    options={{"validation": {{"mode": "off"}},
+              "reflection": {{"source_support": None, "guideline_token_budget": 60}}}},
 )
 print("ready", flush=True)
 n = len(judge.feedback_ids)

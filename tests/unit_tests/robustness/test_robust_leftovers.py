@@ -100,7 +100,8 @@ folder = {folder!r}
 judge = MemAlignJudge(
     name="helpfulness", instructions="Is it helpful? {{inputs}} {{outputs}}",
     model=ScriptedChatModel(responder=RoleResponder()), embeddings=HashEmbeddings(),
-    scale=bool, k=3, validate_guidelines="off", source_support=None,
+    scale=bool, k=3,
+    options={{"validation": {{"mode": "off"}}, "reflection": {{"source_support": None}}}},
 )
 print("ready", flush=True)
 n = 0

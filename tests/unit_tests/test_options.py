@@ -1,0 +1,227 @@
+"""The judge's options: one nested model, the constructor's, the stored config's and the CLI's.
+
+Configurations stored flat by earlier versions still load, into the same places.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HOURS, INSTRUCTIONS, SWEATER
+from fakes import HashEmbeddings
+from pydantic import ValidationError
+
+from langchain_memalign import (
+    JudgeConfig,
+    JudgeOptions,
+    MemAlignJudge,
+    PromptOptions,
+    ValidationOptions,
+)
+from langchain_memalign.config import LEGACY_OPTIONS, merge_options, nest_options
+from langchain_memalign.memory.store import DB_FILE
+
+# `JudgeConfig(name=..., instructions=..., scale=bool).model_dump_json()` as the flat
+# configuration of the previous version wrote it (its defaults, the floors resolved for a
+# bool scale), and the same for a 1-5 scale.
+FLAT_BOOL = json.loads(
+    '{"name":"helpfulness","instructions":"Is it helpful? {inputs} {outputs}","scale":'
+    '{"kind":"bool","low":null,"high":null,"integer":false,"choices":[]},"k":5,'
+    '"min_episode_similarity":0.9,"min_episode_similarity_with_rationale":null,'
+    '"embed":"inputs","guideline_token_budget":800,"episode_max_chars":900,'
+    '"embed_max_chars":1500,"reflect_batch_size":8,"hnsw_threshold":50000,'
+    '"hnsw_ef_search":96,"show_other_answers":true,"reuse_expert_verdicts":true,'
+    '"max_retries":2,"source_support":0.4,"validate_guidelines":"sources",'
+    '"validate_require_fix":false,"validate_max_calls":16,"calibrate_scores":true,'
+    '"calibrate_max_calls":64,"reflection":"batch","reflect_contrast":4,'
+    '"judge_prompt":"turns","verdict_order":"auto","pairwise_mode":"separate"}'
+)
+FLAT_NUMERIC = json.loads(
+    '{"name":"quality","instructions":"Rate {outputs}","scale":{"kind":"numeric","low":1.0,'
+    '"high":5.0,"integer":true,"choices":[]},"k":5,"min_episode_similarity":0.9,'
+    '"min_episode_similarity_with_rationale":0.9,"embed":"inputs",'
+    '"guideline_token_budget":800,"episode_max_chars":900,"embed_max_chars":1500,'
+    '"reflect_batch_size":8,"hnsw_threshold":50000,"hnsw_ef_search":96,'
+    '"show_other_answers":true,"reuse_expert_verdicts":true,"max_retries":2,'
+    '"source_support":0.4,"validate_guidelines":"sources","validate_require_fix":false,'
+    '"validate_max_calls":16,"calibrate_scores":true,"calibrate_max_calls":64,'
+    '"reflection":"batch","reflect_contrast":4,"judge_prompt":"turns",'
+    '"verdict_order":"auto","pairwise_mode":"separate"}'
+)
+TOP = ("name", "instructions", "scale", "k")
+
+
+def flat(config: JudgeConfig) -> dict[str, Any]:
+    """A nested configuration written with the flat names of the previous version."""
+    dumped = config.model_dump(mode="json")
+    out = {k: dumped[k] for k in TOP}
+    for name, path in LEGACY_OPTIONS.items():
+        value: Any = dumped["options"]
+        for part in path:
+            value = value[part]
+        out[name] = value
+    return out
+
+
+def test_every_flat_name_has_a_place_and_every_option_a_flat_name() -> None:
+    places = {path for path in LEGACY_OPTIONS.values()}
+    nested = {
+        (group, field)
+        for group, info in JudgeOptions.model_fields.items()
+        if group != "max_retries"
+        for field in info.annotation.model_fields  # type: ignore[union-attr]
+    }
+    assert places == nested | {("max_retries",)}
+    assert set(LEGACY_OPTIONS) == set(FLAT_BOOL) - set(TOP)
+
+
+@pytest.mark.parametrize("stored", [FLAT_BOOL, FLAT_NUMERIC])
+def test_a_flat_config_of_the_previous_version_loads_into_its_groups(stored: Any) -> None:
+    config = JudgeConfig.model_validate(stored)
+    options = config.options
+    assert options.retrieval.min_similarity == stored["min_episode_similarity"]
+    assert (
+        options.retrieval.min_similarity_with_rationale
+        == stored["min_episode_similarity_with_rationale"]
+    )
+    assert options.retrieval.embed == "inputs" and options.retrieval.embed_max_chars == 1500
+    assert options.retrieval.episode_max_chars == 900
+    assert options.retrieval.hnsw_threshold == 50_000 and options.retrieval.hnsw_ef_search == 96
+    assert options.retrieval.show_other_answers and options.retrieval.reuse_expert_verdicts
+    assert options.reflection.mode == "batch" and options.reflection.batch_size == 8
+    assert options.reflection.contrast == 4 and options.reflection.source_support == 0.4
+    assert options.reflection.guideline_token_budget == 800
+    assert options.validation == ValidationOptions(mode="sources", require_fix=False, max_calls=16)
+    assert options.calibration.enabled and options.calibration.max_calls == 64
+    assert options.prompt == PromptOptions(
+        layout="turns", verdict_order="auto", pairwise_mode="separate"
+    )
+    assert options.max_retries == 2
+    # nothing lost or changed: written flat again, it is what was stored
+    assert flat(config) == stored
+
+
+@pytest.mark.parametrize("stored", [FLAT_BOOL, FLAT_NUMERIC])
+def test_the_defaults_change_only_reflection_and_validation(stored: Any) -> None:
+    new = JudgeConfig(
+        name=stored["name"], instructions=stored["instructions"], scale=stored["scale"]
+    )
+    # docs/decisions.md: contrast-pair reflection, validation off; the rest as before,
+    # the floors resolved by the scale alike
+    assert stored["reflection"] == "batch" and stored["validate_guidelines"] == "sources"
+    assert flat(new) == {**stored, "reflection": "pairs", "validate_guidelines": "off"}
+    assert "min_episode_similarity" not in new.model_dump()  # stored nested
+
+
+def test_flat_values_land_in_their_groups_and_override_the_group() -> None:
+    changed = {
+        **FLAT_BOOL, "validate_guidelines": "all", "reflection": "pairs", "max_retries": 5,
+        "judge_prompt": "checklist", "min_episode_similarity": None,
+    }  # fmt: skip
+    options = JudgeConfig.model_validate(changed).options
+    assert options.validation.mode == "all" and options.reflection.mode == "pairs"
+    assert options.max_retries == 5 and options.prompt.layout == "checklist"
+    assert options.retrieval.min_similarity is None
+    assert nest_options({"reflection": {"mode": "pairs"}, "reflect_batch_size": 2}) == {
+        "reflection": {"mode": "pairs", "batch_size": 2}
+    }
+    assert nest_options({"pairwise_both_orders": True}) == {
+        "prompt": {"pairwise_mode": "both_orders"}
+    }
+    assert merge_options({"validation": {"mode": "all"}}, {"validate_max_calls": 3}) == {
+        "validation": {"mode": "all", "max_calls": 3}
+    }
+
+
+def test_the_constructor_takes_an_options_object_a_mapping_or_flat_names(
+    model: Any, embeddings: Any
+) -> None:
+    def judge(options: Any) -> MemAlignJudge:
+        return MemAlignJudge("h", INSTRUCTIONS, model, embeddings, options=options)
+
+    given = JudgeOptions(validation=ValidationOptions(mode="all", max_calls=3))
+    by_object = judge(given).config
+    by_mapping = judge({"validation": {"mode": "all", "max_calls": 3}}).config
+    by_flat = judge({"validate_guidelines": "all", "validate_max_calls": 3}).config
+    assert by_object == by_mapping == by_flat
+    assert by_object.options.validation.mode == "all"
+    assert by_object.options.retrieval.min_similarity == 0.9  # "auto": by the scale
+    assert by_object.options.retrieval.min_similarity_with_rationale is None
+    assert given.retrieval.min_similarity == "auto"  # the caller's object is unchanged
+    given.validation.mode = "off"
+    assert by_object.options.validation.mode == "all"  # and not shared
+    assert (
+        judge(None).config.options
+        == JudgeConfig(name="h", instructions=INSTRUCTIONS, scale=bool).options
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "where"),
+    [
+        ({"validation": {"mode": "sometimes"}}, "options.validation.mode"),
+        ({"validation": {"mde": "all"}}, "options.validation.mde"),
+        ({"validate_guideline": "all"}, "options.validate_guideline"),
+        ({"retrieval": {"min_similarity": 2.0}}, "options.retrieval.min_similarity"),
+        ({"judge_prompt": "sideways"}, "options.prompt.layout"),
+    ],
+)
+def test_an_invalid_option_is_an_error_naming_it(
+    model: Any, embeddings: Any, options: Any, where: str
+) -> None:
+    with pytest.raises(ValidationError, match=where.replace(".", r"\.")):
+        MemAlignJudge("h", INSTRUCTIONS, model, embeddings, options=options)
+
+
+def test_the_options_round_trip_through_save_and_load(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    options = {"prompt": {"layout": "plain"}, "reflection": {"batch_size": 2}, "max_retries": 4}
+    judge = make_judge(path=tmp_path / "mem", options=options)
+    judge.align([SWEATER, HOURS])
+    judge.save(tmp_path / "copy")
+    want = judge.config
+    judge.close()
+    for folder in ("mem", "copy"):
+        with sqlite3.connect(tmp_path / folder / DB_FILE) as conn:
+            (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
+        assert json.loads(raw) == want.model_dump(mode="json")  # stored nested
+        loaded = MemAlignJudge.load(tmp_path / folder, model=model, embeddings=HashEmbeddings())
+        assert loaded.config == want
+        loaded.close()
+    # overrides replace the stored options field by field; flat names too
+    loaded = MemAlignJudge.load(
+        tmp_path / "mem", model=model, embeddings=HashEmbeddings(), k=1,
+        options=JudgeOptions(reflection={"contrast": 0}), validate_max_calls=5,
+    )  # fmt: skip
+    assert loaded.config.k == 1 and loaded.config.options.reflection.contrast == 0
+    assert loaded.config.options.reflection.batch_size == 2  # kept
+    assert loaded.config.options.prompt.layout == "plain" and loaded.config.options.max_retries == 4
+    assert loaded.config.options.validation.max_calls == 5
+    loaded.close()
+
+
+def test_a_memory_stored_flat_reopens_with_its_options_and_is_stored_nested(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    make_judge(path=tmp_path).close()
+    old = {**FLAT_BOOL, "name": "helpfulness", "instructions": INSTRUCTIONS, "k": 3,
+           "judge_prompt": "checklist", "reflect_batch_size": 3}  # fmt: skip
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(old),))
+    judge = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert judge.config.options.prompt.layout == "checklist"
+    assert judge.config.options.reflection.batch_size == 3
+    assert flat(judge.config) == old
+    judge.align([SWEATER])
+    judge.close()
+    # the constructor rewrites the stored configuration, nested
+    make_judge(path=tmp_path, options={"prompt": {"layout": "checklist"}}).close()
+    with sqlite3.connect(tmp_path / DB_FILE) as conn:
+        (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
+    stored = json.loads(raw)
+    assert "judge_prompt" not in stored and stored["options"]["prompt"]["layout"] == "checklist"
