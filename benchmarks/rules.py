@@ -54,7 +54,13 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from provenance import file_sha256, run_info
-from side_by_side import FewShotJudge, add_model_args, build_models, mlflow_instructions
+from side_by_side import (
+    FewShotJudge,
+    add_model_args,
+    build_models,
+    mlflow_instructions,
+    start_proxy,
+)
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge, Scale
@@ -628,14 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", args.proxy_port)) == 0:
                 ap.error(f"port {args.proxy_port} is taken; pass --proxy-port")
-        proxy = subprocess.Popen(
-            [sys.executable, str(MLFLOW_DIR / "proxy.py"), "--port", str(args.proxy_port),
-             "--chat", args.chat_url.removesuffix("/v1"),
-             "--embeddings", args.emb_url.removesuffix("/v1")],
-            stdout=subprocess.DEVNULL, stderr=(workdir / "proxy.log").open("w"),
-        )  # fmt: skip
-        args.proxy = f"http://127.0.0.1:{args.proxy_port}"
-        time.sleep(2)
+        proxy = start_proxy(args, MLFLOW_DIR / "proxy.py", workdir)
     systems = [s for s in args.systems.split(",") if s] + [f"ours_{n}" for n in ablations]
     systems += [f"ours_{n}" for n in judge_ablations]
     memories = Path(args.out).with_suffix(".memories")

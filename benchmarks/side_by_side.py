@@ -81,6 +81,19 @@ def add_model_args(ap: argparse.ArgumentParser, judge_max_tokens: int = 400) -> 
     ap.add_argument("--embedding-model", default="minilm")
 
 
+def start_proxy(args: argparse.Namespace, script: Path, workdir: Path) -> subprocess.Popen[bytes]:
+    """MLflow's counting proxy in front of the chat and embedding servers; sets `args.proxy`."""
+    proxy = subprocess.Popen(
+        [sys.executable, str(script), "--port", str(args.proxy_port),
+         "--chat", args.chat_url.removesuffix("/v1"),
+         "--embeddings", args.emb_url.removesuffix("/v1")],
+        stdout=subprocess.DEVNULL, stderr=(workdir / "proxy.log").open("w"),
+    )  # fmt: skip
+    args.proxy = f"http://127.0.0.1:{args.proxy_port}"
+    time.sleep(2)  # let it bind before the first request
+    return proxy
+
+
 def build_models(args: argparse.Namespace) -> tuple[BaseChatModel, BaseChatModel, OpenAIEmbeddings]:
     key = SecretStr("local")
     common: dict[str, Any] = {
@@ -505,15 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     proxy = None
     if args.mlflow and args.proxy is None:
         # Our own proxy: its counters see only this run's MLflow traffic.
-        script = Path(args.proxy_script)
-        proxy = subprocess.Popen(
-            [sys.executable, str(script), "--port", str(args.proxy_port),
-             "--chat", args.chat_url.removesuffix("/v1"),
-             "--embeddings", args.emb_url.removesuffix("/v1")],
-            stdout=subprocess.DEVNULL, stderr=(workdir / "proxy.log").open("w"),
-        )  # fmt: skip
-        args.proxy = f"http://127.0.0.1:{args.proxy_port}"
-        time.sleep(2)
+        proxy = start_proxy(args, Path(args.proxy_script), workdir)
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
     for name in [d for d in args.datasets.split(",") if d]:

@@ -154,10 +154,7 @@ class RoleResponder:
             memory, _, case = human.rpartition("<case>")
             return self.judge_rule(case, system + "\n" + memory)
         if role == "reflect":
-            with self._lock:
-                fail_once = self.fail_next_reflections > 0
-                self.fail_next_reflections -= fail_once
-            if self.fail_reflect or fail_once:
+            if self._reflection_fails():
                 return "not json at all"
             out = []
             for block in re.findall(r'<feedback id="([^"]+)">(.*?)</feedback>', human, re.DOTALL):
@@ -167,10 +164,7 @@ class RoleResponder:
                     out.append({"text": f"Rule: {m.group(1).strip()}", "source_ids": [fid]})
             return {"guidelines": out}
         if role == "pair":
-            with self._lock:
-                fail_once = self.fail_next_reflections > 0
-                self.fail_next_reflections -= fail_once
-            if self.fail_reflect or fail_once:
+            if self._reflection_fails():
                 return "not json at all"
             # The rule of a contrast pair: the reason given for the lower score (a fail
             # states what the experts require), else the first reason.
@@ -187,6 +181,13 @@ class RoleResponder:
             ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
             return {"guidelines": [{"text": "Consolidated rule.", "merged_from": ids}]}
         raise AssertionError(f"unexpected prompt: {system[:80]}")
+
+    def _reflection_fails(self) -> bool:
+        """Whether this reflection call fails: always, or one of the next few."""
+        with self._lock:
+            fail_once = self.fail_next_reflections > 0
+            self.fail_next_reflections -= fail_once
+        return self.fail_reflect or fail_once
 
     @staticmethod
     def _role(system: str) -> str:

@@ -122,6 +122,16 @@ class ReflectInput(TypedDict, total=False):
     reflecting: list[str]
 
 
+def _reflection_failed(ids: list[str], e: Exception) -> dict[str, Any]:
+    """The `reflect` update for a call that failed: its feedback is kept pending."""
+    return {
+        "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],
+        "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
+        "failed": ids,
+        "errors": [f"reflection on feedback {ids} failed: {e}"],
+    }
+
+
 class AlignNodes(ForgetStep):
     """The nodes of the alignment graph, bound to one judge's memory and reflection model."""
 
@@ -178,12 +188,7 @@ class AlignNodes(ForgetStep):
         try:
             out, usage = reflector.invoke(messages, config)
         except Exception as e:  # recorded and retried later, never dropped
-            return {
-                "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],
-                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
-                "failed": ids,
-                "errors": [f"reflection on feedback {ids} failed: {e}"],
-            }
+            return _reflection_failed(ids, e)
         proposals = []
         for p in out.guidelines:
             sources = [s for s in dict.fromkeys(p.source_ids) if s in citable]
@@ -210,12 +215,7 @@ class AlignNodes(ForgetStep):
         try:
             out, usage = caller.invoke(messages, config)
         except Exception as e:  # recorded and retried later, never dropped
-            return {
-                "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],
-                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
-                "failed": ids,
-                "errors": [f"reflection on feedback {ids} failed: {e}"],
-            }
+            return _reflection_failed(ids, e)
         text = " ".join(out.rule.split())
         # The request's own words back are no rule.
         echo = echoes_prompt(text, PAIR_SYSTEM + "\n" + SINGLE_SYSTEM)
