@@ -86,7 +86,9 @@ def start_proxy(args: argparse.Namespace, script: Path, workdir: Path) -> subpro
     proxy = subprocess.Popen(
         [sys.executable, str(script), "--port", str(args.proxy_port),
          "--chat", args.chat_url.removesuffix("/v1"),
-         "--embeddings", args.emb_url.removesuffix("/v1")],
+         "--embeddings", args.emb_url.removesuffix("/v1"),
+         # the same reply budget as our reflection calls (the larger of our two caps)
+         "--chat-max-tokens", str(getattr(args, "reflect_max_tokens", 0))],
         stdout=subprocess.DEVNULL, stderr=(workdir / "proxy.log").open("w"),
     )  # fmt: skip
     args.proxy = f"http://127.0.0.1:{args.proxy_port}"

@@ -118,6 +118,7 @@ class Proxy:
         self.timeout = args.timeout
         self.max_body = args.max_body
         self.emb_max_tokens = args.emb_max_tokens
+        self.chat_max_tokens = args.chat_max_tokens
         self.stats_file = args.stats_file
         self.dump_dir = args.dump_dir
         self.dump_max = args.dump_max
@@ -164,6 +165,20 @@ class Proxy:
         while len(cut) > 1 and self.count_tokens(cut) > limit:
             cut = cut[: max(1, int(len(cut) * 0.95))]
         return cut, True
+
+    def cap_reply(self, body: bytes) -> bytes:
+        """A chat request with its reply capped at --chat-max-tokens.
+
+        A small model can loop inside a JSON string until the server's own cap: bounding
+        the reply keeps a run's length predictable, and a cut reply is malformed output,
+        which the baseline handles as it would from any provider.
+        """
+        payload = json.loads(body)
+        asked = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        cap = self.chat_max_tokens if not asked else min(int(asked), self.chat_max_tokens)
+        payload.pop("max_completion_tokens", None)
+        payload["max_tokens"] = cap
+        return json.dumps(payload).encode()
 
     def dump(self, path: str, request: bytes, status: int, response: bytes) -> None:
         """Keep the first --dump-max request/response pairs as JSON files (for reading)."""
@@ -279,6 +294,8 @@ def make_handler(proxy: Proxy):
                             fixed.append(item)
                         payload["input"] = fixed if not isinstance(inp, str) else fixed[0]
                         body = json.dumps(payload).encode()
+                    if is_chat and body and proxy.chat_max_tokens > 0:
+                        body = proxy.cap_reply(body)
                     headers["Content-Length"] = str(len(body))
                     status, rheaders, data = proxy.request(
                         target, method, path, body if method != "GET" else None, headers
@@ -339,6 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chat", default="http://127.0.0.1:8013")
     ap.add_argument("--embeddings", default="http://127.0.0.1:8012")
     ap.add_argument("--emb-max-tokens", type=int, default=254)
+    ap.add_argument(
+        "--chat-max-tokens", type=int, default=0, help="cap every chat reply (0: the server's)"
+    )
     ap.add_argument("--stats-file", default=None)
     ap.add_argument("--dump-dir", default=None, help="write the first --dump-max exchanges here")
     ap.add_argument("--dump-max", type=int, default=200)
