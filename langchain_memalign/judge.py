@@ -17,6 +17,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
 from langchain_memalign import limits
+from langchain_memalign._tracing import no_upload_when_local
 from langchain_memalign.config import JudgeConfig, JudgeOptions
 from langchain_memalign.errors import (
     InvalidFeedbackError,
@@ -234,13 +235,15 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
     ) -> JudgeResult:
         """Judge one case: `{"inputs", "outputs", "reference_outputs"}` -> `JudgeResult`."""
-        return self._chain.invoke(input, config, **kwargs)
+        with no_upload_when_local():
+            return self._chain.invoke(input, config, **kwargs)
 
     async def ainvoke(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
     ) -> JudgeResult:
         """Async twin of `invoke`."""
-        return await self._chain.ainvoke(input, config, **kwargs)
+        with no_upload_when_local():
+            return await self._chain.ainvoke(input, config, **kwargs)
 
     def batch(
         self,
@@ -251,7 +254,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         **kwargs: Any,
     ) -> list[Any]:
         """Judge many cases; their embeddings are requested in one call."""
-        return self._chain.batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
+        with no_upload_when_local():
+            return self._chain.batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
 
     async def abatch(
         self,
@@ -262,9 +266,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         **kwargs: Any,
     ) -> list[Any]:
         """Async twin of `batch`."""
-        return await self._chain.abatch(
-            inputs, config, return_exceptions=return_exceptions, **kwargs
-        )
+        with no_upload_when_local():
+            return await self._chain.abatch(
+                inputs, config, return_exceptions=return_exceptions, **kwargs
+            )
 
     def __call__(
         self,

@@ -18,10 +18,9 @@ and `Verdict` live in `_verdicts` and are importable from here.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -102,21 +101,6 @@ def _source_info(judge: MemAlignJudge, result: JudgeResult) -> dict[str, Any]:
     return _mark(judge, result.get("comment"), meta.get("guideline_ids"), meta.get("episode_ids"))
 
 
-@contextlib.contextmanager
-def _no_upload_when_local() -> Iterator[None]:
-    """Keep the judge's LangChain runs off the server when tracing is "local".
-
-    `evaluate(..., upload_results=False)` traces evaluators in "local" mode,
-    which LangChain's tracer takes for "on" and would upload; the judge then
-    runs untraced instead.
-    """
-    if rh.get_tracing_context().get("enabled") == "local":
-        with rh.tracing_context(enabled=False):
-            yield
-    else:
-        yield
-
-
 def _default_case(run: ls_schemas.Run, example: ls_schemas.Example | None) -> dict[str, Any]:
     return {
         "inputs": run.inputs if run.inputs else (example.inputs if example else None),
@@ -162,8 +146,7 @@ class JudgeRunEvaluator(RunEvaluator):
     ) -> EvaluationResult:
         """Judge one run of an experiment."""
         config, source = self._config(evaluator_run_id)
-        with _no_upload_when_local():
-            result = self.judge.invoke(self.prepare(run, example), config)
+        result = self.judge.invoke(self.prepare(run, example), config)
         return evaluation_result(self.judge, result, source_run_id=source)
 
     async def aevaluate_run(
@@ -174,8 +157,7 @@ class JudgeRunEvaluator(RunEvaluator):
     ) -> EvaluationResult:
         """Async twin of `evaluate_run`."""
         config, source = self._config(evaluator_run_id)
-        with _no_upload_when_local():
-            result = await self.judge.ainvoke(self.prepare(run, example), config)
+        result = await self.judge.ainvoke(self.prepare(run, example), config)
         return evaluation_result(self.judge, result, source_run_id=source)
 
     def __repr__(self) -> str:
@@ -264,8 +246,7 @@ def invoke_and_log(
     is `judge.invoke(case, config)`.
     """
     if not _in_langsmith_test():
-        with _no_upload_when_local():
-            return judge.invoke(case, config)
+        return judge.invoke(case, config)
     from langsmith import testing
 
     with testing.trace_feedback(name=judge.config.name):
@@ -279,8 +260,7 @@ async def ainvoke_and_log(
 ) -> JudgeResult:
     """Async twin of `invoke_and_log`."""
     if not _in_langsmith_test():
-        with _no_upload_when_local():
-            return await judge.ainvoke(case, config)
+        return await judge.ainvoke(case, config)
     from langsmith import testing
 
     with testing.trace_feedback(name=judge.config.name):

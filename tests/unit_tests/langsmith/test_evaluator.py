@@ -352,3 +352,45 @@ async def test_awrite_verdicts(
 def test_write_verdicts_checks_arguments(client: Client, judge: MemAlignJudge) -> None:
     with pytest.raises(ValueError, match="exactly one"):
         write_verdicts(judge, client)
+
+
+_TRACING_VARS = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING_V2")
+
+
+@pytest.mark.parametrize("tracing", [None, "false", "true"])
+@pytest.mark.parametrize("form", ["the judge", "judge_evaluator", "JudgeRunEvaluator"])
+def test_evaluate_without_upload_stores_none_of_the_judges_runs(
+    monkeypatch: pytest.MonkeyPatch,
+    server: LangSmithTestServer,
+    client: Client,
+    dataset: str,
+    judge: MemAlignJudge,
+    form: str,
+    tracing: str | None,
+) -> None:
+    # The judge's own LangChain runs go through the process's default client: point it at
+    # the test server, so anything uploaded lands where the test can count it.
+    import langsmith.run_trees as rt
+    from langchain_core.tracers.langchain import wait_for_all_tracers
+
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", server.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    for name in _TRACING_VARS:
+        monkeypatch.delenv(name, raising=False)
+    if tracing is not None:
+        monkeypatch.setenv("LANGSMITH_TRACING", tracing)
+    monkeypatch.setattr(rt, "_CLIENT", None)
+    evaluator: Any = {
+        "the judge": judge,
+        "judge_evaluator": judge_evaluator(judge),
+        "JudgeRunEvaluator": JudgeRunEvaluator(judge),
+    }[form]
+    results = langsmith.evaluate(
+        target, data=dataset, evaluators=[evaluator], upload_results=False, client=client
+    )
+    assert len([r for row in results for r in row["evaluation_results"]["results"]]) == 3
+    wait_for_all_tracers()
+    if rt._CLIENT is not None:
+        rt._CLIENT.flush()
+    assert server.runs == {}
+    assert not server.feedback
