@@ -31,7 +31,7 @@ OpenAPI resources use):
 * feedback: ``POST/GET /feedback``, ``GET/PATCH/DELETE /feedback/{id}``
 * feedback configs: ``POST/GET/DELETE /feedback-configs``
 * datasets: ``POST/GET /datasets``, ``GET/PATCH/DELETE /datasets/{id}``,
-  ``POST /examples``, ``POST /examples/bulk``, ``GET /examples``,
+  ``POST /datasets/comparative``, ``POST /examples``, ``POST /examples/bulk``, ``GET /examples``,
   ``GET/PATCH/DELETE /examples/{id}``
 * annotation queues (legacy v1): ``POST/GET /annotation-queues``,
   ``GET/PATCH/DELETE /annotation-queues/{id}``, ``POST .../{id}/runs``,
@@ -348,6 +348,7 @@ class LangSmithTestServer:
         self.annotation_queues: dict[str, JSON] = {}
         self.queue_items: dict[str, list[JSON]] = {}
         self.datasets: dict[str, JSON] = {}
+        self.comparative: dict[str, JSON] = {}
         self.examples: dict[str, JSON] = {}
         self.extended_traces: set[str] = set()
 
@@ -685,6 +686,7 @@ class LangSmithTestServer:
             ("PATCH", rf"/feedback/(?P<id>{uuid_re})", self._update_feedback),
             ("DELETE", rf"/feedback/(?P<id>{uuid_re})", self._delete_feedback),
             # datasets & examples
+            ("POST", r"/datasets/comparative", self._create_comparative),
             ("POST", r"/datasets", self._create_dataset),
             ("GET", r"/datasets", self._list_datasets),
             ("GET", rf"/datasets/(?P<id>{uuid_re})", self._read_dataset),
@@ -1171,6 +1173,19 @@ class LangSmithTestServer:
         "TAGS": "tags",
         "APP_PATH": "app_path",
         "FEEDBACK_STATS": "feedback_stats",
+        # Served as null: the test server records no token counts, costs or attachments.
+        "FIRST_TOKEN_TIME": "first_token_time",
+        "PROMPT_TOKENS": "prompt_tokens",
+        "COMPLETION_TOKENS": "completion_tokens",
+        "TOTAL_TOKENS": "total_tokens",
+        "PROMPT_COST": "prompt_cost",
+        "COMPLETION_COST": "completion_cost",
+        "TOTAL_COST": "total_cost",
+        "PROMPT_TOKEN_DETAILS": "prompt_token_details",
+        "COMPLETION_TOKEN_DETAILS": "completion_token_details",
+        "PROMPT_COST_DETAILS": "prompt_cost_details",
+        "COMPLETION_COST_DETAILS": "completion_cost_details",
+        "ATTACHMENTS": "attachments",
     }
 
     def _run_v2_out(self, run: JSON, selects: list[str] | None) -> JSON:
@@ -1422,6 +1437,9 @@ class LangSmithTestServer:
             "user_name": None,
         }
         now = _iso(_now())
+        comparative = _maybe_uuid(body.get("comparative_experiment_id"))
+        if comparative is not None and comparative not in self.comparative:
+            raise HTTPError(404, f"comparative experiment {comparative} not found")
         if body.get("feedback_config") and not self.feedback_config_sets.get(body["key"]):
             self._add_feedback_config(body["key"], body["feedback_config"])
         if body.get("extend_trace_retention", True):
@@ -1522,6 +1540,34 @@ class LangSmithTestServer:
         if ds is None:
             raise HTTPError(404, f"dataset {dataset_id} not found")
         return ds
+
+    def _create_comparative(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        """A comparative experiment: two or more experiments of one reference dataset."""
+        if not isinstance(body, dict) or not body.get("name"):
+            raise HTTPError(422, "a comparative experiment needs a name")
+        dataset = self._dataset_or_404(body.get("reference_dataset_id") or "")
+        ids = [_uuid_str(e, "experiment id") for e in body.get("experiment_ids") or []]
+        if len(set(ids)) < 2:
+            raise HTTPError(422, "a comparative experiment needs at least two experiments")
+        for e in ids:
+            if self._session_or_404(e).get("reference_dataset_id") != dataset["id"]:
+                raise HTTPError(422, f"experiment {e} is not on dataset {dataset['id']}")
+        cid = _maybe_uuid(body.get("id")) or str(uuid.uuid4())
+        if cid in self.comparative:
+            raise HTTPError(409, f"comparative experiment {cid} already exists")
+        now = _iso(_now())
+        self.comparative[cid] = {
+            "id": cid,
+            "name": body["name"],
+            "description": body.get("description"),
+            "tenant_id": self.tenant_id,
+            "created_at": _norm_time(body.get("created_at")) or now,
+            "modified_at": now,
+            "reference_dataset_id": dataset["id"],
+            "extra": body.get("extra") or {},
+            "experiments_info": [{"id": e, "name": self.sessions[e]["name"]} for e in ids],
+        }
+        return 200, copy.deepcopy(self.comparative[cid])
 
     def _create_dataset(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
         body = body or {}

@@ -7,12 +7,14 @@ One import for the whole integration:
   `CompletedItems`;
 - verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
   `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`;
+- comparing two experiments with a pairwise judge: `comparative_evaluator`;
 - errors: `FeedbackConfigMismatchError` (the workspace reads the judge's key on
   another scale).
 """
 
 from langchain_memalign.errors import FeedbackConfigMismatchError
 from langchain_memalign.langsmith._api import CompletedItems
+from langchain_memalign.langsmith.comparative import PairPreparer, comparative_evaluator
 from langchain_memalign.langsmith.evaluator import (
     JudgeRunEvaluator,
     Verdict,
@@ -48,6 +50,7 @@ __all__ = [
     "JudgeAnnotationQueue",
     "JudgeRunEvaluator",
     "LangSmithFeedbackSource",
+    "PairPreparer",
     "SendReport",
     "SyncReport",
     "Verdict",
@@ -55,6 +58,7 @@ __all__ = [
     "ainvoke_and_log",
     "ajudge_evaluator",
     "awrite_verdicts",
+    "comparative_evaluator",
     "evaluation_result",
     "invoke_and_log",
     "judge_evaluator",

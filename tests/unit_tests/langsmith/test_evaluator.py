@@ -25,6 +25,7 @@ from langchain_memalign.langsmith import (  # noqa: E402
     LangSmithFeedbackSource,
     ajudge_evaluator,
     awrite_verdicts,
+    comparative_evaluator,
     invoke_and_log,
     judge_evaluator,
     write_verdicts,
@@ -394,3 +395,59 @@ def test_evaluate_without_upload_stores_none_of_the_judges_runs(
         rt._CLIENT.flush()
     assert server.runs == {}
     assert not server.feedback
+
+
+def _rate_alone(case: str, memory: str) -> dict[str, Any]:
+    """Rates one output at a time: 8 for a polite answer, 3 for a curt one."""
+    return {"rationale": "Rated alone.", "score": 8 if "please" in case.lower() else 3}
+
+
+def test_a_pairwise_judge_compares_two_experiments(
+    server: LangSmithTestServer, client: Client, dataset: str
+) -> None:
+    def polite(inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"answer": f"Please see our help page about {inputs['question']}"}
+
+    def curt(inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"answer": "No."}
+
+    first = langsmith.evaluate(curt, data=dataset, client=client)
+    second = langsmith.evaluate(polite, data=dataset, client=client)
+    judge = MemAlignJudge(
+        "preference", "Which reply is better?\n{inputs}\n{outputs}",
+        ScriptedChatModel(responder=RoleResponder(_rate_alone)), HashEmbeddings(),
+        scale="pairwise",
+    )  # fmt: skip
+    evaluator = comparative_evaluator(judge)
+    results = langsmith.evaluate(
+        (first.experiment_name, second.experiment_name), evaluators=[evaluator], client=client
+    )
+    rows = list(results)
+    assert len(rows) == 3
+    for row in rows:
+        verdict = row["evaluation_results"]["feedback.preference"]
+        assert sorted(verdict.scores.values()) == [0.0, 1.0]
+    polite_runs = {
+        str(r.id) for r in client.list_runs(project_name=second.experiment_name, is_root=True)
+    }
+    [comparison] = server.comparative.values()
+    stored = [f for f in server.feedback.values() if f["key"] == "preference"]
+    assert len(stored) == 6  # each example: one score for each of the two runs
+    for fb in stored:
+        assert fb["comparative_experiment_id"] == comparison["id"]
+        assert fb["score"] == (1.0 if fb["run_id"] in polite_runs else 0.0)
+        assert fb["comment"].startswith("First output, ")
+
+
+def test_comparative_evaluator_refuses_a_judge_that_is_not_pairwise(
+    judge: MemAlignJudge,
+) -> None:
+    with pytest.raises(ValueError, match="needs a pairwise judge; 'helpfulness' grades on a bool"):
+        comparative_evaluator(judge)
+    pairwise = MemAlignJudge(
+        "p", "Which?\n{inputs}\n{outputs}",
+        ScriptedChatModel(responder=RoleResponder(_rate_alone)), HashEmbeddings(),
+        scale="pairwise",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="compares two runs; got 1"):
+        comparative_evaluator(pairwise)([object()], None)  # type: ignore[list-item]
