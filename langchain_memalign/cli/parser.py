@@ -9,6 +9,7 @@ from langchain_memalign.cli.commands import cmd_align, cmd_create, cmd_judge, cm
 from langchain_memalign.cli.judge_file import DEFAULT_CONFIG
 from langchain_memalign.cli.measure import cmd_curve, cmd_evaluate
 from langchain_memalign.cli.show import cmd_show
+from langchain_memalign.cli.watch import cmd_watch
 
 # -- the parser --------------------------------------------------------------------------------
 
@@ -30,6 +31,8 @@ Workflow:
   memalign unalign -c judge.toml ID ...       forget feedback and what it taught
   memalign judge -c judge.toml --inputs "..." --outputs "..."
   memalign curve -c judge.toml labelled.jsonl how agreement grows with feedback
+  memalign watch -c judge.toml --langsmith-project support-bot
+                                              judge production traffic, learn from reviews
 """
 
 FEEDBACK_FORMAT = """\
@@ -340,4 +343,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the curve as JSON")
     _common(p, needs_memory=False)
     p.set_defaults(func=cmd_curve)
+
+    p = sub.add_parser(
+        "watch",
+        help="judge a LangSmith project's new runs and learn from their reviews",
+        description="Each cycle: align on the reviews completed in the judge's annotation "
+        "queue (reporting how often the judge had agreed with them before), judge the "
+        "project's new root runs, write each verdict as model feedback, and send the "
+        "runs the judge is least sure about to the queue. A run is never judged twice, "
+        "so a restart (or cron with --once) resumes where it stopped.",
+        epilog="Example:\n  memalign watch -c judge.toml --langsmith-project support-bot "
+        "--sampling-rate 0.2 --interval 600\n"
+        "  memalign watch -c judge.toml --langsmith-project support-bot --once   # cron",
+        formatter_class=fmt,
+    )
+    ls = p.add_argument_group("LangSmith (LANGSMITH_API_KEY, LANGSMITH_ENDPOINT)")
+    ls.add_argument("--langsmith-project", required=True, metavar="NAME", help="the project")
+    p.add_argument("--once", action="store_true", help="run one cycle and exit (for cron)")
+    p.add_argument(
+        "--cycles", type=_positive, metavar="N", help="stop after N cycles (default: never)"
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="time between cycle starts (default: 300)",
+    )
+    p.add_argument(
+        "--sampling-rate",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="share of new runs judged, 0 to 1, decided by run id (default: 1)",
+    )
+    p.add_argument(
+        "--scan",
+        type=_positive,
+        default=100,
+        metavar="N",
+        help="latest root runs read a cycle (default: 100)",
+    )
+    p.add_argument(
+        "--review-limit",
+        type=int,
+        default=5,
+        metavar="N",
+        help="runs sent for review a cycle, least sure first (default: 5)",
+    )
+    p.add_argument(
+        "--review-sample",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="also send this share of the other judged runs, at random (default: 0)",
+    )
+    p.add_argument("--seed", type=int, metavar="S", help="seed of the sampling decisions")
+    p.add_argument("--json", action="store_true", help="print each cycle's report as JSON")
+    _common(p)
+    p.set_defaults(func=cmd_watch)
     return parser

@@ -8,12 +8,14 @@ One import for the whole integration:
 - verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
   `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`;
 - comparing two experiments with a pairwise judge: `comparative_evaluator`;
+- watching production traffic: `JudgeMonitor`, `MonitorCycle`, `ReviewAgreement`,
+  `RunRecord` (what a `where` filter sees);
 - errors: `FeedbackConfigMismatchError` (the workspace reads the judge's key on
   another scale).
 """
 
 from langchain_memalign.errors import FeedbackConfigMismatchError
-from langchain_memalign.langsmith._api import CompletedItems
+from langchain_memalign.langsmith._api import CompletedItems, RunRecord
 from langchain_memalign.langsmith.comparative import PairPreparer, comparative_evaluator
 from langchain_memalign.langsmith.evaluator import (
     JudgeRunEvaluator,
@@ -26,6 +28,7 @@ from langchain_memalign.langsmith.evaluator import (
     judge_evaluator,
     write_verdicts,
 )
+from langchain_memalign.langsmith.monitor import JudgeMonitor, MonitorCycle, ReviewAgreement
 from langchain_memalign.langsmith.queue import (
     CycleReport,
     JudgeAnnotationQueue,
@@ -48,9 +51,13 @@ __all__ = [
     "FeedbackConfigMismatchError",
     "FeedbackMapping",
     "JudgeAnnotationQueue",
+    "JudgeMonitor",
     "JudgeRunEvaluator",
     "LangSmithFeedbackSource",
+    "MonitorCycle",
     "PairPreparer",
+    "ReviewAgreement",
+    "RunRecord",
     "SendReport",
     "SyncReport",
     "Verdict",

@@ -922,3 +922,32 @@ def test_show_names_the_embedding_model_in_use() -> None:
     assert embedding_model(fingerprint) == "minilm (langchain_openai.OpenAIEmbeddings)"
     assert embedding_model("fakes.HashEmbeddings") == "fakes.HashEmbeddings"
     assert embedding_model(None) is None
+
+
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> None:
+    from langsmith import Client
+
+    client = Client(api_url=langsmith.url, api_key="test", auto_batch_tracing=False)
+    client.create_project("support-bot")
+    for question in ("Where is my order?", "Can I return this?", "Do you ship abroad?"):
+        client.create_run(
+            "agent", {"question": question}, "chain",
+            id=uuid.uuid4(), project_name="support-bot", outputs={"answer": "Yes."},
+        )  # fmt: skip
+    env.created()
+    code, out, err = env.run(
+        "watch", "--langsmith-project", "support-bot", "--once", "--review-limit", "1"
+    )
+    assert code == EXIT_OK, err
+    assert "3 of 3 runs judged (0 already" in out and "1 sent for review" in out
+    calls = len(env.model.calls)
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once", "--json")
+    cycle = json.loads(out)
+    assert code == EXIT_OK and cycle["verdicts"] == [] and cycle["already_judged"] == 3
+    assert len(env.model.calls) == calls
+    code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--sampling-rate", "2")
+    assert code == EXIT_USAGE and "sampling_rate must be within 0 and 1" in err

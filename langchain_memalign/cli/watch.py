@@ -1,0 +1,43 @@
+"""`memalign watch`: the judge on a LangSmith project's traffic, in cycles."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from langchain_memalign.cli.context import Context
+from langchain_memalign.cli.io import echo, to_json
+from langchain_memalign.cli.judge_file import EXIT_OK, CLIError
+from langchain_memalign.errors import MemAlignError
+
+
+def cmd_watch(ctx: Context) -> int:
+    """Judge new runs, queue some for review and learn from completed reviews."""
+    from langchain_memalign.langsmith import JudgeMonitor, MonitorCycle
+
+    args = ctx.args
+    judge = ctx.judge()
+    try:
+        monitor = JudgeMonitor(
+            judge,
+            project=args.langsmith_project,
+            sampling_rate=args.sampling_rate,
+            scan=args.scan,
+            review_limit=args.review_limit,
+            review_sample=args.review_sample,
+            seed=args.seed,
+        )
+
+        def report(cycle: MonitorCycle) -> None:
+            if args.json:
+                echo(to_json(cycle.model_dump(mode="json") | {"accuracy": cycle.accuracy}))
+            else:
+                echo(f"[{dt.datetime.now():%H:%M:%S}] {cycle.summary()}")
+
+        monitor.watch(args.interval, cycles=1 if args.once else args.cycles, on_cycle=report)
+    except (MemAlignError, KeyboardInterrupt):
+        raise
+    except ValueError as e:
+        raise CLIError(str(e)) from e
+    finally:
+        judge.close()
+    return EXIT_OK

@@ -1,0 +1,261 @@
+"""Watch a LangSmith project: judge new runs, queue some for review, learn from the reviews.
+
+```python
+monitor = JudgeMonitor(judge, client, project="support-bot", sampling_rate=0.2)
+cycle = monitor.run_once()        # one cycle (from cron), or monitor.watch(interval=300)
+print(cycle.summary())
+```
+
+A cycle pulls the reviews completed in the judge's annotation queue (recording, for each,
+whether the judge's earlier verdict on that run agreed, before aligning on it), then judges
+the project's new root runs, writes each verdict as model feedback and sends the runs most
+worth a human look to the queue. It is resumable: a run that already carries the judge's
+verdict is never judged again, and sampling is decided by the run's id, so a run left out
+stays left out after a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langsmith import Client
+from langsmith import utils as ls_utils
+from pydantic import BaseModel, Field
+
+from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
+from langchain_memalign.langsmith._fields import MISSING, distance, read_label
+from langchain_memalign.langsmith._source_types import SyncReport
+from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith.queue import JudgeAnnotationQueue
+from langchain_memalign.langsmith.source import FeedbackMapping
+
+__all__ = ["JudgeMonitor", "MonitorCycle", "ReviewAgreement"]
+
+# The service's rate-limit window: a cycle cut short by a 429 waits this long.
+RATE_LIMIT_PAUSE = 60.0
+
+
+class ReviewAgreement(BaseModel):
+    """A review, and the judge's verdict on the same run written before it learned from it."""
+
+    run_id: str
+    feedback_id: str
+    judge: Any
+    expert: Any
+    agrees: bool
+
+
+class MonitorCycle(BaseModel):
+    """What one monitoring cycle did."""
+
+    pulled: SyncReport = Field(default_factory=SyncReport)
+    agreement: list[ReviewAgreement] = Field(
+        default_factory=list,
+        description="Each newly learned review beside the judge's earlier verdict on its run.",
+    )
+    considered: int = Field(default=0, description="The project's latest root runs read.")
+    already_judged: int = Field(default=0, description="Runs that carry the judge's verdict.")
+    sampled_out: int = Field(default=0, description="Runs left out by the sampling rate.")
+    filtered_out: int = Field(default=0, description="Runs `where` refused.")
+    verdicts: list[Verdict] = Field(default_factory=list, description="Verdicts written.")
+    sent: list[str] = Field(default_factory=list, description="Runs sent to the review queue.")
+    rate_limited: bool = Field(
+        default=False, description="The service refused for its rate limit: cut short."
+    )
+    seconds: float = 0.0
+
+    @property
+    def accuracy(self) -> float | None:
+        """The share of new reviews the judge had agreed with, if any arrived."""
+        if not self.agreement:
+            return None
+        return sum(a.agrees for a in self.agreement) / len(self.agreement)
+
+    def summary(self) -> str:
+        """One line: reviews learned (with prior agreement), runs judged, runs sent."""
+        acc = self.accuracy
+        agreed = "" if acc is None else f" (judge agreed with {acc:.0%} before learning)"
+        cut = ", rate limited: cut short" if self.rate_limited else ""
+        return (
+            f"{len(self.pulled.added) + len(self.pulled.updated)} reviews learned{agreed}; "
+            f"{len(self.verdicts)} of {self.considered} runs judged "
+            f"({self.already_judged} already, {self.sampled_out} sampled out, "
+            f"{self.filtered_out} filtered); {len(self.sent)} sent for review; "
+            f"{self.seconds:.1f}s{cut}"
+        )
+
+
+def _sampled(run_id: str, rate: float, salt: str) -> bool:
+    # Decided by the run's id (as LangSmith's online evaluators sample), not by a random
+    # draw: the same run gets the same answer in every cycle and after a restart.
+    digest = hashlib.sha256(f"{salt}:{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+class JudgeMonitor:
+    """A judge watching a LangSmith project (see the module doc).
+
+    Args:
+        judge: The judge.
+        client: A `langsmith.Client` (default: from the environment).
+        project: The tracing project whose root runs are judged.
+        queue: The review queue (default: the judge's, `JudgeAnnotationQueue(judge)`).
+        sampling_rate: The share of new runs judged, from 0 to 1.
+        where: Judge only the runs for which this returns True.
+        scan: At most this many of the project's latest root runs are read a cycle.
+        review_limit: At most this many runs a cycle go to the queue: the judge's
+            least sure verdicts first.
+        review_sample: Also send this share of the other judged runs, at random, so
+            reviewers see verdicts the judge is sure of too.
+        mapping: Which run fields are the case's inputs and outputs.
+        seed: Seeds the review sample; also salts the sampling decision.
+    """
+
+    def __init__(
+        self,
+        judge: MemAlignJudge,
+        client: Client | None = None,
+        *,
+        project: str | uuid.UUID,
+        queue: JudgeAnnotationQueue | None = None,
+        sampling_rate: float = 1.0,
+        where: Callable[[RunRecord], bool] | None = None,
+        scan: int = 100,
+        review_limit: int = 5,
+        review_sample: float = 0.0,
+        mapping: FeedbackMapping | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not 0.0 <= sampling_rate <= 1.0:
+            raise ValueError(f"sampling_rate must be within 0 and 1, got {sampling_rate}")
+        if not 0.0 <= review_sample <= 1.0:
+            raise ValueError(f"review_sample must be within 0 and 1, got {review_sample}")
+        if scan < 1 or review_limit < 0:
+            raise ValueError("scan must be at least 1 and review_limit at least 0")
+        self.judge = judge
+        self.client = client or Client()
+        self.api = LangSmithAPI.of(self.client)
+        self.project = project
+        self.mapping = mapping or FeedbackMapping()
+        self.queue = queue or JudgeAnnotationQueue(judge, self.client, mapping=self.mapping)
+        self.sampling_rate = sampling_rate
+        self.where = where
+        self.scan = scan
+        self.review_limit = review_limit
+        self.review_sample = review_sample
+        self._random = random.Random(seed)
+        self._salt = f"{judge.config.name}:{seed}"
+
+    def run_once(self) -> MonitorCycle:
+        """One cycle: learn from completed reviews, judge new runs, send some for review."""
+        started = time.perf_counter()
+        cycle = MonitorCycle()
+        try:
+            cycle.pulled = self.queue.pull()
+            cycle.agreement = self._agreement(cycle.pulled)
+            self._judge_new(cycle)
+        except ls_utils.LangSmithRateLimitError:
+            cycle.rate_limited = True
+        cycle.seconds = time.perf_counter() - started
+        return cycle
+
+    def watch(
+        self,
+        interval: float = 300.0,
+        *,
+        cycles: int | None = None,
+        on_cycle: Callable[[MonitorCycle], None] | None = None,
+    ) -> None:
+        """Run cycles every `interval` seconds (`cycles` times, or until interrupted).
+
+        A cycle cut short by the service's rate limit is followed by a pause of at
+        least the service's rate-limit window.
+        """
+        done = 0
+        while cycles is None or done < cycles:
+            cycle = self.run_once()
+            done += 1
+            if on_cycle is not None:
+                on_cycle(cycle)
+            if cycles is not None and done >= cycles:
+                return
+            pause = max(interval, RATE_LIMIT_PAUSE) if cycle.rate_limited else interval
+            time.sleep(max(0.0, pause - (0.0 if cycle.rate_limited else cycle.seconds)))
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _agreement(self, pulled: SyncReport) -> list[ReviewAgreement]:
+        """Each newly learned review beside the verdict the judge had written on its run."""
+        reviews: dict[str, tuple[str, Any]] = {}
+        for fid in [*pulled.added, *pulled.updated]:
+            item = self.judge.memory.feedback([fid]).get(fid)
+            if item is None:
+                continue
+            run_id = ((item.metadata or {}).get("langsmith") or {}).get("run_id")
+            if run_id:
+                reviews[str(run_id)] = (fid, item.value)
+        if not reviews:
+            return []
+        scale = self.judge.scale
+        earlier: dict[str, Any] = {}
+        for fb in self.api.list_feedback(
+            key=self.judge.config.name, source_types=["model"], run_ids=list(reviews)
+        ):
+            # The verdict as written: a reviewer's correction of it is the review itself.
+            label = read_label(scale, fb.model_dump(mode="json"), ("value", "score"))
+            if label is not MISSING and fb.run_id is not None:
+                earlier[str(fb.run_id)] = label
+        return [
+            ReviewAgreement(
+                run_id=run_id,
+                feedback_id=fid,
+                judge=earlier[run_id],
+                expert=value,
+                agrees=distance(scale, earlier[run_id], value) == 0,
+            )
+            for run_id, (fid, value) in reviews.items()
+            if run_id in earlier
+        ]
+
+    def _judge_new(self, cycle: MonitorCycle) -> None:
+        runs = self.api.records(None, self.project, self.scan)
+        cycle.considered = len(runs)
+        judged = {
+            str(fb.run_id)
+            for fb in self.api.list_feedback(
+                key=self.judge.config.name,
+                source_types=["model"],
+                run_ids=[r.id for r in runs],
+            )
+        }
+        fresh = [r for r in runs if r.id not in judged]
+        cycle.already_judged = len(runs) - len(fresh)
+        sampled = [r for r in fresh if _sampled(r.id, self.sampling_rate, self._salt)]
+        cycle.sampled_out = len(fresh) - len(sampled)
+        chosen = [r for r in sampled if self.where is None or self.where(r)]
+        cycle.filtered_out = len(sampled) - len(chosen)
+        verdicts = _judge_runs(
+            self.judge, chosen, client=self.client, trace=True, mapping=self.mapping
+        )
+        # Each verdict is written as soon as it is known: a cycle cut short keeps what it
+        # wrote, and the next cycle skips those runs.
+        for run, verdict in zip(chosen, verdicts, strict=True):
+            cycle.verdicts.append(_write_verdict(self.judge, self.client, run, verdict))
+        to_review = self._pick_for_review(chosen, cycle.verdicts)
+        if to_review:
+            cycle.sent = self.queue.send(to_review, select="all").run_ids
+
+    def _pick_for_review(
+        self, runs: Sequence[RunRecord], verdicts: Sequence[Verdict]
+    ) -> list[RunRecord]:
+        order = sorted(zip(runs, verdicts, strict=True), key=lambda rv: -rv[1].uncertainty)
+        picked = [r for r, _ in order[: self.review_limit]]
+        rest = [r for r, _ in order[self.review_limit :]]
+        picked += [r for r in rest if self._random.random() < self.review_sample]
+        return picked

@@ -1,0 +1,170 @@
+"""JudgeMonitor against the real langsmith.Client and the local LangSmith server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_TESTS_DIR = str(Path(__file__).resolve().parents[2])
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
+from langsmith import Client  # noqa: E402
+from langsmith import utils as ls_utils  # noqa: E402
+from langsmith_server import LangSmithTestServer  # noqa: E402
+
+from langchain_memalign import MemAlignJudge  # noqa: E402
+from langchain_memalign.langsmith import JudgeMonitor  # noqa: E402
+
+KEY = "helpfulness"
+
+
+def rule(case: str, memory: str) -> dict[str, Any]:
+    if "rude" in case.lower():
+        return {"rationale": "Rude.", "score": False}
+    return {"rationale": "Fine.", "score": True}
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+
+
+@pytest.fixture
+def server() -> Iterator[LangSmithTestServer]:
+    with LangSmithTestServer(runs_page_size=3) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: LangSmithTestServer) -> Iterator[Client]:
+    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
+    yield c
+    c.close(timeout=5)
+
+
+@pytest.fixture
+def model() -> ScriptedChatModel:
+    return ScriptedChatModel(responder=RoleResponder(rule))
+
+
+@pytest.fixture
+def judge(model: ScriptedChatModel) -> MemAlignJudge:
+    return MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=3)
+
+
+def add_runs(server: LangSmithTestServer, texts: list[str]) -> list[str]:
+    project = next(
+        (p for p in server.sessions.values() if p["name"] == "prod"), None
+    ) or server.add_project("prod")
+    return [
+        server.add_run(session_id=project["id"], inputs={"q": t}, outputs={"a": t})["id"]
+        for t in texts
+    ]
+
+
+def verdict_runs(server: LangSmithTestServer) -> list[str]:
+    return [
+        f["run_id"]
+        for f in server.feedback.values()
+        if f["key"] == KEY and f["feedback_source"]["type"] == "model"
+    ]
+
+
+def test_a_cycle_judges_new_runs_once_and_queues_the_least_sure(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    ids = add_runs(server, ["polite hours", "rude refunds", "polite shipping", "rude passwords"])
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=2)
+    first = monitor.run_once()
+    assert sorted(v.run_id for v in first.verdicts) == sorted(ids)
+    assert sorted(verdict_runs(server)) == sorted(ids)
+    assert {v.run_id: v.score for v in first.verdicts}[ids[1]] is False
+    assert len(first.sent) == 2 and set(first.sent) <= set(ids)
+    assert "4 of 4 runs judged" in first.summary() and "2 sent for review" in first.summary()
+
+    # A restart (a new monitor) judges only what is new: nothing twice.
+    calls = len(model.calls)
+    new = add_runs(server, ["polite sizes"])
+    again = JudgeMonitor(judge, client, project="prod", review_limit=2).run_once()
+    assert [v.run_id for v in again.verdicts] == new
+    assert again.already_judged == 4 and len(model.calls) == calls + 1
+    assert sorted(verdict_runs(server)) == sorted(ids + new)
+
+
+def test_sampling_is_decided_by_the_run_and_holds_across_restarts(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    ids = add_runs(server, [f"polite answer {i}" for i in range(12)])
+    first = JudgeMonitor(judge, client, project="prod", sampling_rate=0.5, seed=3).run_once()
+    judged = {v.run_id for v in first.verdicts}
+    assert 0 < len(judged) < 12 and first.sampled_out == 12 - len(judged)
+    second = JudgeMonitor(judge, client, project="prod", sampling_rate=0.5, seed=3).run_once()
+    assert second.verdicts == [] and second.sampled_out == 12 - len(judged)
+    assert second.already_judged == len(judged) and set(verdict_runs(server)) == judged
+    # `where` narrows what is judged; the sampled-out runs come back when sampling is off.
+    only = JudgeMonitor(
+        judge, client, project="prod", where=lambda r: r.inputs == {"q": "polite answer 3"}
+    ).run_once()
+    remaining = [i for i in ids if i not in judged]
+    expected = [ids[3]] if ids[3] in remaining else []
+    assert [v.run_id for v in only.verdicts] == expected
+    assert only.filtered_out == len(remaining) - len(expected) and only.sampled_out == 0
+
+
+def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    add_runs(server, ["polite but wrong hours", "rude refunds"])
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=2)
+    first = monitor.run_once()
+    by_run = {v.run_id: v for v in first.verdicts}
+    wrong, right = sorted(by_run, key=lambda r: by_run[r].score is False)
+    # A reviewer corrects one verdict and confirms the other.
+    client.update_feedback(
+        by_run[wrong].feedback_id, correction={"score": 0, "explanation": "Wrong hours."}
+    )
+    server.add_feedback(right, KEY, score=0, comment="Rude indeed.",
+                        feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
+    monitor.queue.complete([wrong, right])
+
+    second = monitor.run_once()
+    assert len(second.pulled.added) == 2 and len(judge.feedback_ids) == 2
+    agreement = {a.run_id: a for a in second.agreement}
+    assert (agreement[wrong].judge, agreement[wrong].expert, agreement[wrong].agrees) == (
+        True, False, False,
+    )  # fmt: skip
+    assert agreement[right].agrees and second.accuracy == 0.5
+    assert "2 reviews learned (judge agreed with 50% before learning)" in second.summary()
+
+
+def test_a_rate_limit_cuts_the_cycle_short_and_keeps_what_was_written(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add_runs(server, ["polite a", "polite b"])
+    monitor = JudgeMonitor(judge, client, project="prod")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ls_utils.LangSmithRateLimitError("429 Too Many Requests")
+
+    monkeypatch.setattr(monitor.queue, "send", refuse)
+    cycle = monitor.run_once()
+    assert cycle.rate_limited and len(cycle.verdicts) == 2 and "cut short" in cycle.summary()
+    assert len(verdict_runs(server)) == 2
+
+
+def test_bad_settings_are_refused(judge: MemAlignJudge, client: Client) -> None:
+    with pytest.raises(ValueError, match="sampling_rate must be within 0 and 1, got 1.5"):
+        JudgeMonitor(judge, client, project="prod", sampling_rate=1.5)
+    with pytest.raises(ValueError, match="review_sample"):
+        JudgeMonitor(judge, client, project="prod", review_sample=-0.1)
