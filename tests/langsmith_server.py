@@ -734,6 +734,12 @@ class LangSmithTestServer:
             ),
             ("GET", rf"/platform/annotation-queues/(?P<id>{uuid_re})/items", self._list_items),
             (
+                "PUT",
+                rf"/platform/annotation-queues/(?P<id>{uuid_re})/items/(?P<item>{uuid_re})"
+                r"/finals/(?P<key>[^/]+)",
+                self._set_final,
+            ),
+            (
                 "POST",
                 rf"/platform/annotation-queues/(?P<id>{uuid_re})/items/delete",
                 self._delete_items,
@@ -2041,8 +2047,34 @@ class LangSmithTestServer:
             self._review_item(item, self.user_named(reviewer)["id"], status)
             return item
 
-    @staticmethod
-    def _platform_item_out(item: JSON) -> JSON:
+    def _key_agreements(self, item: JSON) -> dict[str, JSON]:
+        """Per rubric key: whether the run's human reviews agree, and the final answer.
+
+        A key two reviewers scored differently is "disagreed" until someone sets its final
+        answer (``PUT .../finals/{key}``); the answer is then the final.
+        """
+        queue = self.annotation_queues.get(item["queue_id"]) or {}
+        out: dict[str, JSON] = {}
+        for rubric in queue.get("rubric_items") or []:
+            key = rubric["feedback_key"]
+            answers = [
+                {"value": f["value"]} if f.get("value") is not None else {"score": f["score"]}
+                for f in self.feedback.values()
+                if f["run_id"] == item["run_id"]
+                and f["key"] == key
+                and f["feedback_source"]["type"] != "model"
+                and (f.get("value") is not None or f.get("score") is not None)
+            ]
+            final = (item.get("finals") or {}).get(key)
+            distinct = {json.dumps(a, sort_keys=True) for a in answers}
+            state = "none" if len(answers) < 2 else "agreed" if len(distinct) == 1 else "disagreed"
+            answer = final if final is not None else (answers[0] if state == "agreed" else None)
+            out[key] = {"state": state, "has_final": final is not None, "answer": answer}
+        return out
+
+    def _platform_item_out(self, item: JSON) -> JSON:
+        agreements = self._key_agreements(item)
+        states = {a["state"] for a in agreements.values()}
         return {
             "id": item["id"],
             "queue_id": item["queue_id"],
@@ -2058,6 +2090,36 @@ class LangSmithTestServer:
             "assigned_to": [],
             "reserved_by": [],
             "thread_id": None,
+            "key_agreements": agreements,
+            "agreement_state": "disagreed"
+            if "disagreed" in states
+            else "agreed"
+            if "agreed" in states
+            else "none",
+            "has_unresolved_keys": any(
+                a["state"] == "disagreed" and not a["has_final"] for a in agreements.values()
+            ),
+        }
+
+    def _set_final(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        queue = self._queue_or_404(match["id"])
+        item = self._find_item(queue["id"], match["item"], by="item")
+        key = match["key"]
+        if key not in {r["feedback_key"] for r in queue.get("rubric_items") or []}:
+            raise HTTPError(422, f"{key!r} is not a rubric key of the queue")
+        final = {k: v for k, v in (body or {}).items() if k in ("score", "value", "values")}
+        if len(final) != 1:
+            raise HTTPError(422, "give exactly one of score, value or values")
+        item.setdefault("finals", {})[key] = final
+        agreement = self._key_agreements(item)[key]
+        return 200, {
+            "key": key,
+            "final": final,
+            "answer": final,
+            "has_final": True,
+            "state": agreement["state"],
+            "final_set_at": _iso(_now()),
+            "final_set_by": "",
         }
 
     def _create_items(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:

@@ -123,6 +123,20 @@ class QueuesAPI(APIBase):
             else:
                 self.client.add_runs_to_annotation_queue(queue_id, run_ids=[r.id for r in runs])
 
+    def set_final(self, queue_id: str, run_id: str, key: str, answer: dict[str, Any]) -> bool:
+        """Set the final answer on `key` for a queued run (newer items API only).
+
+        False when the run is not in the queue.
+        """
+        items = self._queue_items()
+        if items is None:
+            raise ValueError("this LangSmith server has no final answers for queue items")
+        for rid, item in self.queue_items(queue_id, None):
+            if rid == run_id and item is not None and item.id:
+                items.set_final(key, queue_id=queue_id, item_id=item.id, **answer)
+                return True
+        return False
+
     def complete_queue_runs(self, queue_id: str, run_ids: Sequence[str]) -> CompletedItems:
         """Record the caller's "Done" on queued runs (by their queue item ids).
 

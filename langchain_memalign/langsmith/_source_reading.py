@@ -73,6 +73,7 @@ class _SourceReader:
     sync_id: str | None
     reconcile_every: int | None
     run_projects: dict[str, str]
+    run_finals: dict[str, Any]
     _project_id: str | None
 
     # -- reading ---------------------------------------------------------------------------
@@ -305,7 +306,7 @@ class _SourceReader:
                 "(or use LangSmithFeedbackSource.for_judge, or source.sync(judge))"
             )
         reviews, skipped = self._list(self.key, self.scale)
-        kept, _ = _resolve_conflicts(reviews, self.conflicts)
+        kept, _ = _resolve_conflicts(reviews, self.conflicts, self.run_finals)
         chosen = [r for r in reviews if r.langsmith_id in kept]
         for i in range(0, len(chosen), self.batch_size):
             yield from self._build(chosen[i : i + self.batch_size], skipped)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -172,10 +172,24 @@ class _Review:
         return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
+UNRESOLVED: Any = object()
+"""A run's reviewers disagree and the team has not set the final answer yet."""
+
+_NO_FINAL: Any = object()
+
+
 def _resolve_conflicts(
-    reviews: Sequence[_Review], policy: ConflictPolicy
+    reviews: Sequence[_Review],
+    policy: ConflictPolicy,
+    finals: Mapping[str, Any] | None = None,
 ) -> tuple[set[str], list[Conflict]]:
-    """The LangSmith feedback ids kept under `policy`, and the conflicts found."""
+    """The LangSmith feedback ids kept under `policy`, and the conflicts found.
+
+    `finals` holds, by run, the final answer a review team set on a disputed key: only
+    the reviews giving it are kept, whatever the policy. A run whose dispute is
+    `UNRESOLVED` keeps none of its reviews until the team decides.
+    """
+    finals = finals or {}
     by_run: dict[str, list[_Review]] = {}
     for r in reviews:
         by_run.setdefault(r.run_id, []).append(r)
@@ -193,7 +207,13 @@ def _resolve_conflicts(
         current += latest.values()
         current.sort(key=lambda r: r.at)
         labels = {_hashable(r.label) for r in current}
-        if len(labels) <= 1 or policy == "keep_all":
+        final = finals.get(run_id, _NO_FINAL)
+        if final is UNRESOLVED:
+            resolution = None
+        elif final is not _NO_FINAL:
+            resolution = final
+            kept.update(r.langsmith_id for r in current if _hashable(r.label) == _hashable(final))
+        elif len(labels) <= 1 or policy == "keep_all":
             kept.update(r.langsmith_id for r in current)
             resolution = None
         else:

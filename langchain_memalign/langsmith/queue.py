@@ -41,7 +41,9 @@ from langchain_memalign.langsmith._fields import (
     feedback_config,
     read_label,
     same_config,
+    score_fields,
 )
+from langchain_memalign.langsmith._source_types import UNRESOLVED
 from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
 from langchain_memalign.langsmith.source import (
     ConflictPolicy,
@@ -128,6 +130,7 @@ class JudgeAnnotationQueue:
         self._queue_id = None if queue_id is None else str(queue_id)
         self._ensure_lock = threading.Lock()  # two first cycles must not create two queues
         self._source: LangSmithFeedbackSource | None = None
+        self._finals_changed = False
 
     # -- the queue -------------------------------------------------------------------------
 
@@ -339,6 +342,11 @@ class JudgeAnnotationQueue:
         projects = {
             run_id: str(getattr(item, "project_id", None) or "") for run_id, item in archived
         }
+        finals = {
+            run_id: final
+            for run_id, item in archived
+            if (final := self._final_answer(item)) is not MISSING
+        }
         if self._source is None:
             self._source = LangSmithFeedbackSource(
                 self.client,
@@ -352,7 +360,27 @@ class JudgeAnnotationQueue:
         else:  # the same source across pulls: only its first sync lists everything
             self._source.run_ids = list(projects)
             self._source.run_projects = {r: p for r, p in projects.items() if p}
+        # A final answer set (or a dispute opened) changes no feedback record, so an
+        # incremental sync would not look at the run again: the next pull reads all.
+        self._finals_changed = finals != self._source.run_finals
+        self._source.run_finals = finals
         return self._source
+
+    def _final_answer(self, item: Any) -> Any:
+        """What the team settled on for the judge's key, when its reviewers disagreed.
+
+        `MISSING` when they did not disagree (or the server does not say), the final
+        answer's label when one is set, `UNRESOLVED` while none is.
+        """
+        agreements = getattr(item, "key_agreements", None) or {}
+        found = agreements.get(self.judge.config.name)
+        if found is None or getattr(found, "state", None) != "disagreed":
+            return MISSING
+        answer = getattr(found, "answer", None)
+        if not getattr(found, "has_final", False) or answer is None:
+            return UNRESOLVED
+        label = read_label(self.judge.scale, answer.model_dump(), ("value", "score"))
+        return UNRESOLVED if label is MISSING else label
 
     def pull(self) -> SyncReport:
         """Align the judge on the reviews of archived queue items (incrementally).
@@ -363,7 +391,7 @@ class JudgeAnnotationQueue:
         source = self.source()
         if not source.run_ids:
             return SyncReport()
-        return source.sync(self.judge)
+        return source.sync(self.judge, full=True if self._finals_changed else None)
 
     async def apull(self) -> SyncReport:
         """Async twin of `pull`."""
@@ -379,6 +407,25 @@ class JudgeAnnotationQueue:
         wait for other reviewers (`waiting`), and which were not in the queue.
         """
         return self.api.complete_queue_runs(self.ensure(), [run_id_of(r) for r in runs])
+
+    def set_final(self, run: RunRef, label: Any) -> None:
+        """Settle a dispute: the team's final answer on the judge's key for a queued run.
+
+        As a lead does in the LangSmith UI when the run's reviewers disagreed. The next
+        `pull` learns only the reviews that gave this answer (while a dispute has no
+        final answer, none of its reviews is learned).
+
+        Raises:
+            InvalidFeedbackError: `label` is not on the judge's scale.
+            ValueError: The run is not in the queue, or the server has no final answers.
+        """
+        value = self.judge.scale.validate_value(label)
+        fields = score_fields(self.judge.scale, value)
+        # One field: the category's label where the scale has labels, else the score.
+        answer = {"value": fields["value"]} if "value" in fields else {"score": fields["score"]}
+        run_id = run_id_of(run)
+        if not self.api.set_final(self.ensure(), run_id, self.judge.config.name, answer):
+            raise ValueError(f"run {run_id} is not in the queue {self.name!r}")
 
     # -- cycle -----------------------------------------------------------------------------
 

@@ -133,6 +133,8 @@ class LangSmithFeedbackSource(_SourceReader):
         self.run_projects = {
             str(r): str(p) for r, p in (run_projects or {}).items() if as_uuid_str(p)
         }
+        # The final answers a review team set on disputed runs (a queue fills this in).
+        self.run_finals: dict[str, Any] = {}
         self._reconciled = False
         self._project_id: str | None = None
 
@@ -199,7 +201,7 @@ class LangSmithFeedbackSource(_SourceReader):
                     else ([], {})
                 )
                 in_scope = changed.__contains__
-            kept, conflicts = _resolve_conflicts(reviews, self.conflicts)
+            kept, conflicts = _resolve_conflicts(reviews, self.conflicts, self.run_finals)
             present = {r.langsmith_id for r in reviews} | set(skipped)
             candidate_ids = [r.feedback_id for r in reviews] + [
                 e["id"] for e in entries.values() if e.get("id")

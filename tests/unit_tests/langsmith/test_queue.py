@@ -270,3 +270,41 @@ async def test_async_twins(
     assert len(pulled.added) == 1
     cycle = await queue.acycle(project="prod", select="all", limit=1)
     assert len(cycle.sent.run_ids) == 1
+
+
+def test_a_disputed_review_waits_for_the_teams_final_answer(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    queue = JudgeAnnotationQueue(judge, client)
+    disputed, agreed = runs[0]["id"], runs[1]["id"]
+    queue.send([disputed, agreed])
+    for run_id, annotator, score, why in [
+        (disputed, "bob", 1, "Clear and correct."),
+        (disputed, "ana", 0, "Too terse for a customer."),
+        (agreed, "bob", 0, "Rude."),
+        (agreed, "ana", 0, "Rude, and wrong."),
+    ]:
+        server.add_feedback(run_id, KEY, score=score, comment=why,
+                            feedback_source={"type": "app", "user_name": annotator})  # fmt: skip
+    queue.complete([disputed, agreed])
+
+    # Under the default policy both sides of a dispute would be learned; while the team
+    # has not decided, neither is.
+    first = queue.pull()
+    assert len(first.added) == 2 and len(judge.feedback_ids) == 2
+    assert {judge.get_feedback(i).rationale for i in judge.feedback_ids} == {
+        "Rude.", "Rude, and wrong.",
+    }  # fmt: skip
+    [conflict] = first.conflicts
+    assert conflict.run_id == disputed and conflict.kept == []
+
+    # The team sets the final answer: only the review that gave it is learned.
+    queue.set_final(disputed, False)
+    [item] = [i for i in server.queue_items[queue.queue_id] if i["run_id"] == disputed]
+    assert item["finals"] == {KEY: {"score": 0}}
+    second = queue.pull()
+    assert len(second.added) == 1
+    assert judge.get_feedback(second.added[0]).rationale == "Too terse for a customer."
+    assert (judge.get_feedback(second.added[0]).value, len(judge.feedback_ids)) == (False, 3)
+    with pytest.raises(ValueError, match="is not in the queue"):
+        queue.set_final(runs[5]["id"], True)
