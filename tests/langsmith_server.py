@@ -279,6 +279,7 @@ class LangSmithTestServer:
         runs_v2: bool = True,
         query_backend: str | None = None,
         enforced_feedback_configs: bool = False,
+        include_all_configs: bool = True,
     ) -> None:
         """Configure the server; call :meth:`start` (or use ``with``) to serve.
 
@@ -308,6 +309,8 @@ class LangSmithTestServer:
             enforced_feedback_configs: The workspace has enforced feedback configs on: a
                 second, different config for a key is added next to the first instead of
                 answering 400 (unless the key has an enforced config: 409).
+            include_all_configs: ``GET /feedback-configs`` takes ``include_all_configs``;
+                False refuses the parameter with 422, as self-hosted servers before 0.18.
 
         Strict like the real service: ``feedback_source.user_id`` is stamped from the
         caller's API key (see :meth:`add_user`), ``user_name`` is only returned with
@@ -330,6 +333,7 @@ class LangSmithTestServer:
             raise ValueError(f"unknown query_backend {query_backend!r}")
         self.query_backend = query_backend
         self.enforced_feedback_configs = enforced_feedback_configs
+        self.include_all_configs = include_all_configs
         # API key -> user ({"id", "name"}); the caller of the request being handled
         self.users: dict[str, JSON] = {}
         self._caller_key: str | None = None
@@ -1364,6 +1368,8 @@ class LangSmithTestServer:
         self, match: re.Match[str], query: Query, body: Any
     ) -> tuple[int, Any]:
         keys = set(_many(query, "key")) or set(self.feedback_config_sets)
+        if not self.include_all_configs and _first(query, "include_all_configs") is not None:
+            raise HTTPError(422, "unknown query parameter include_all_configs")
         every = _bool(_first(query, "include_all_configs")) or False
         out = []
         for key in sorted(keys & set(self.feedback_config_sets)):

@@ -105,13 +105,18 @@ class FeedbackAPI(APIBase):
 
     def _configs(self, key: str) -> list[ls_schemas.FeedbackConfigSchema]:
         try:
-            return [
-                c
-                for c in self.client.list_feedback_configs(
-                    feedback_key=[key], include_all_configs=True
-                )
-                if c.feedback_key == key and not c.is_deleted
-            ]
+            found = self.client.list_feedback_configs(feedback_key=[key], include_all_configs=True)
+            return [c for c in found if c.feedback_key == key and not c.is_deleted]
+        except ls_utils.LangSmithError as e:
+            if _is_unsupported(e):
+                return []
+            if _status(e) not in (400, 422):
+                raise
+        # Servers that predate `include_all_configs` may refuse the parameter (400/422):
+        # without it they list the key's one config.
+        try:
+            found = self.client.list_feedback_configs(feedback_key=[key])
+            return [c for c in found if c.feedback_key == key and not c.is_deleted]
         except ls_utils.LangSmithError as e:
             if _is_unsupported(e):
                 return []

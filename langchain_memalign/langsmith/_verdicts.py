@@ -29,6 +29,7 @@ from langchain_memalign.langsmith._fields import (
     MISSING,
     comment_digest,
     distance,
+    feedback_config,
     get_path,
     score_fields,
 )
@@ -224,7 +225,8 @@ def write_verdicts(
     (`source_run_id`), with the rationale as comment. A reviewer can correct
     it in the LangSmith UI; `LangSmithFeedbackSource` turns the correction
     into the judge's strongest feedback. Writing again replaces the previous
-    verdict unless a reviewer corrected it.
+    verdict unless a reviewer corrected it. The judge's key gets a workspace
+    feedback config matching its scale first, as a review queue's does.
 
     Args:
         judge: The judge.
@@ -235,9 +237,17 @@ def write_verdicts(
         mapping: Which run fields are the case's inputs and outputs.
         tracing_project: Where the judge's runs are traced.
         max_concurrency: Judgments in parallel.
+
+    Raises:
+        FeedbackConfigMismatchError: The workspace reads the key on another scale;
+            nothing is written.
     """
     client = client or Client()
-    records = LangSmithAPI.of(client).records(runs, project, limit)
+    api = LangSmithAPI.of(client)
+    # The key's workspace config is the judge's scale before the first verdict lands (a
+    # verdict on a key read on another scale would be misread in the UI).
+    api.ensure_feedback_config(judge.config.name, feedback_config(judge.scale))
+    records = api.records(runs, project, limit)
     verdicts = _judge_runs(
         judge,
         records,

@@ -224,6 +224,7 @@ class JudgeMonitor:
         ]
 
     def _judge_new(self, cycle: MonitorCycle) -> None:
+        self.queue.ensure()  # the key's feedback config on the judge's scale, or an error
         runs = self.api.records(None, self.project, self.scan)
         cycle.considered = len(runs)
         judged = {

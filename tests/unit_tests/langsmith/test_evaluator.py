@@ -20,6 +20,7 @@ from langsmith.evaluation import EvaluationResult  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 
 from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
+from langchain_memalign.errors import FeedbackConfigMismatchError  # noqa: E402
 from langchain_memalign.langsmith import (  # noqa: E402
     JudgeRunEvaluator,
     LangSmithFeedbackSource,
@@ -451,3 +452,33 @@ def test_comparative_evaluator_refuses_a_judge_that_is_not_pairwise(
     )  # fmt: skip
     with pytest.raises(ValueError, match="compares two runs; got 1"):
         comparative_evaluator(pairwise)([object()], None)  # type: ignore[list-item]
+
+
+def test_write_verdicts_gives_the_key_the_judges_config_first(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    _production(server)
+    write_verdicts(judge, client, project="prod")
+    config = server.feedback_configs[KEY]["feedback_config"]
+    assert {c["label"]: c["value"] for c in config["categories"]} == {"fail": 0, "pass": 1}
+
+
+def test_write_verdicts_refuses_a_key_read_on_another_scale(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    _production(server)
+    client.create_feedback_config(KEY, feedback_config={"type": "continuous", "min": 1, "max": 5})
+    with pytest.raises(FeedbackConfigMismatchError, match="continuous"):
+        write_verdicts(judge, client, project="prod")
+    assert not server.feedback
+
+
+def test_servers_without_include_all_configs_still_check_the_config(
+    judge: MemAlignJudge,
+) -> None:
+    with LangSmithTestServer(include_all_configs=False) as server:
+        client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
+        _production(server)
+        assert len(write_verdicts(judge, client, project="prod")) == 2
+        assert server.feedback_configs[KEY]["feedback_config"]["type"] == "categorical"
+        client.close(timeout=5)
