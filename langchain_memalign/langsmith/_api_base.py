@@ -152,6 +152,7 @@ class APIBase:
         self.client = client
         self._use_v2_runs: bool | None = None
         self._use_queue_items: bool | None = None
+        self._warned_retention = False  # the legacy queue API cannot extend retention
         self._project_starts: dict[str, dt.datetime | None] = {}
 
     # -- capability detection ------------------------------------------------------------

@@ -9,6 +9,7 @@ that last call reports.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -115,6 +116,14 @@ class QueuesAPI(APIBase):
                 self._use_queue_items = False
             runs = runs[sent:]  # what the newer API took must not be queued twice
         keys = [run.run_key() for run in runs]
+        if runs and not self._warned_retention:
+            self._warned_retention = True
+            warnings.warn(
+                "this LangSmith server queues runs through its legacy API, which cannot "
+                "extend their trace retention: runs on the base tier may expire before "
+                "they are reviewed",
+                stacklevel=3,
+            )
         with _legacy():
             if all(k is not None for k in keys):
                 self.client.add_runs_to_annotation_queue(

@@ -231,7 +231,8 @@ def test_older_servers_use_the_older_queue_api(judge: MemAlignJudge) -> None:
         project = server.add_project("prod")
         run = server.add_run(session_id=project["id"], inputs={"q": "x"}, outputs={"a": "y"})
         queue = JudgeAnnotationQueue(judge, client)
-        assert queue.send(project="prod").run_ids == [run["id"]]
+        with pytest.warns(UserWarning, match="cannot extend their trace retention"):
+            assert queue.send(project="prod").run_ids == [run["id"]]
         assert server.requests_to("/annotation-queues/", "POST")[-1].path.endswith("/runs/by-key")
         server.add_feedback(run["id"], KEY, score=0, comment="Wrong.",
                             feedback_source={"type": "app"})  # fmt: skip
@@ -252,7 +253,8 @@ def test_a_fallback_midway_queues_no_run_twice(
     queue = JudgeAnnotationQueue(judge, client)
     # the newer items API takes the first chunk of 100, then answers "not found"
     server.inject_failure("/platform/annotation-queues", status=404, method="POST", after=1)
-    queue.send(ids)
+    with pytest.warns(UserWarning, match="cannot extend"):
+        queue.send(ids)
     assert sorted(queued(server, queue)) == sorted(ids)
     legacy = server.requests_to("/annotation-queues/", "POST")[-1]
     assert legacy.path.endswith("/runs/by-key")
