@@ -280,10 +280,9 @@ class Bench:
             # would give (an exploration upper bound, never a published system).
             mem = judge.memory
             rule = Guideline(id="oracle", text=d.rule, source_ids=tuple(r["id"] for r in d.train))
-            with mem.store.transaction() as conn:
-                mem.store.delete_guidelines(conn, [g.id for g in mem.guidelines])
-                mem.store.put_guideline(conn, rule, mem.embed([d.rule])[0], 0)
-            mem.refresh_guidelines()
+            with mem.write() as w:
+                w.delete_guidelines([g.id for g in mem.guidelines])
+                w.put_guideline(rule, mem.embed([d.rule])[0], 0)
         try:
             return {"judged_on": str(memory), **self.judge_all(judge, d, seen=self.args.seen)}
         finally:

@@ -355,33 +355,22 @@ class AlignNodes(ForgetStep):
             rejected.append(RejectedGuideline(text=g.text, reason=reason))
         plan.added = plan.added[:room]
 
-        new_rows: list[int] = []
-        old_rows: list[int] = []
-        with mem.store.transaction() as conn:
-            position = mem.store.next_position()
+        with mem.write() as w:
+            position = w.next_position()
             for fb in to_store:
                 done = fb.rationale is None or fb.id in reflected
-                mem.store.put_feedback(conn, fb, reflected=done and fb.id not in failed)
+                w.put_feedback(fb, reflected=done and fb.id not in failed)
                 if fb.id in episode_vectors:
-                    rowid, old = mem.store.put_episode(
-                        conn, fb.id, hashes[fb.id], episode_vectors[fb.id]
-                    )
-                    new_rows.append(rowid)
-                    if old is not None:
-                        old_rows.append(old)
-            mem.store.set_reflected(conn, reflected - failed, True)
+                    w.put_episode(fb.id, hashes[fb.id], episode_vectors[fb.id])
+            w.set_reflected(reflected - failed, True)
             for i, g in enumerate(plan.added):
-                mem.store.put_guideline(conn, g, proposal_vectors[g.text], position + i)
+                w.put_guideline(g, proposal_vectors[g.text], position + i)
             for g in plan.updated:
-                mem.store.put_guideline(conn, g, None, 0)
-            mem.store.log(
-                conn, "align", [fb.id for fb in to_store] + sorted(reflected),
+                w.put_guideline(g, None, 0)
+            w.log(
+                "align", [fb.id for fb in to_store] + sorted(reflected),
                 [g.id for g in plan.added + plan.updated],
             )  # fmt: skip
-        mem.index.remove(old_rows)
-        if new_rows:
-            mem.index.add(new_rows, np.stack([episode_vectors[f] for f in to_embed]))
-        mem.refresh_guidelines()
         return {
             "usages": [usage],
             "rejected": rejected,
@@ -483,16 +472,15 @@ class AlignNodes(ForgetStep):
         if not created:
             return {"usages": [usage]}
         vectors = mem.embed([g.text for g in created], usage)
-        with mem.store.transaction() as conn:
-            position = mem.store.next_position()
-            mem.store.delete_guidelines(conn, replaced)
+        with mem.write() as w:
+            position = w.next_position()
+            w.delete_guidelines(replaced)
             for i, g in enumerate(created):
-                mem.store.put_guideline(conn, g, vectors[i], position + i)
-            mem.store.log(
-                conn, "consolidate", [s for g in created for s in g.source_ids],
+                w.put_guideline(g, vectors[i], position + i)
+            w.log(
+                "consolidate", [s for g in created for s in g.source_ids],
                 sorted(replaced) + [g.id for g in created],
             )  # fmt: skip
-        mem.refresh_guidelines()
         return {"usages": [usage]}
 
 

@@ -96,11 +96,10 @@ class AlignmentRun:
             retagged = [fb for fb in same if stored.get(fb.id) != fb.model_dump(mode="json")]
             unchanged = [fb for fb in same if fb not in retagged]
             if retagged:
-                with mem.store.transaction() as conn:
+                with mem.write() as w:
                     for fb in retagged:
-                        mem.store.put_feedback(conn, fb, reflected=known[fb.id][1])
-                    mem.store.log(conn, "retag", [fb.id for fb in retagged], [])
-                mem.refresh_guidelines()
+                        w.put_feedback(fb, reflected=known[fb.id][1])
+                    w.log("retag", [fb.id for fb in retagged], [])
             usage = Usage()
             errors: list[str] = []
             if updated:

@@ -132,28 +132,25 @@ class ForgetStep:
                 rederived.append(g.model_copy(update={"text": text, "source_ids": remaining}))
         result.rederived = [g.id for g in rederived + still]
         vectors = mem.embed([g.text for g in rederived], result.usage) if rederived else None
-        rows = [r for r, _ in mem.store.episode_keys(ids).values()] if delete else []
-        with mem.store.transaction() as conn:
-            mem.store.delete_guidelines(conn, result.removed)
+        with mem.write() as w:
+            w.delete_guidelines(result.removed)
             for i, g in enumerate(rederived):
                 assert vectors is not None
-                mem.store.put_guideline(conn, g, vectors[i], 0)
+                w.put_guideline(g, vectors[i], 0)
             for g in [*widened.values(), *still]:
-                mem.store.put_guideline(conn, g, None, 0)
+                w.put_guideline(g, None, 0)
             if delete:
-                mem.store.delete_feedback(conn, ids)
+                w.delete_feedback(ids)
             else:
-                mem.store.set_reflected(conn, ids, False)
-            mem.store.set_reflected(conn, pending, False)
+                w.set_reflected(ids, False)
+            w.set_reflected(pending, False)
             # A calibration pair belongs to its feedback: gone with it, and stale once the
             # feedback is replaced (the align that replaces it grades it again).
             calibration = mem.stored_calibration()
             if gone & {p.feedback_id for p in calibration.pairs}:
-                mem.put_calibration(calibration.updated([], gone))
-            mem.store.log(
-                conn, "unalign" if delete else "replace", ids,
+                w.put_calibration(calibration.updated([], gone))
+            w.log(
+                "unalign" if delete else "replace", ids,
                 result.removed + result.rederived + list(widened),
             )  # fmt: skip
-        mem.index.remove(rows)
-        mem.refresh_guidelines()
         return result
