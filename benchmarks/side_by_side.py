@@ -55,9 +55,9 @@ from langchain_memalign.evaluation.agreement import (
 )
 from langchain_memalign.evaluation.learning_curve import split_train_test
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
-from langchain_memalign.graphs.prompts import judge_messages
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.prompting.prompts import judge_messages
+from langchain_memalign.prompting.structured import StructuredCaller
 
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_DIR = ROOT / "benchmarks" / "mlflow_baseline"

@@ -17,6 +17,8 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import ValidationError
 
 from langchain_memalign import limits
+from langchain_memalign.alignment import AlignmentRun
+from langchain_memalign.chain_steps import PrepareCases, TakeResult
 from langchain_memalign.config import JudgeConfig, JudgeOptions
 from langchain_memalign.errors import (
     InvalidFeedbackError,
@@ -24,9 +26,7 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
-from langchain_memalign.graphs.alignment import AlignmentRun
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
-from langchain_memalign.graphs.cases import PrepareCases, TakeResult
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory

@@ -67,11 +67,11 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
 import langchain_memalign.graphs.judge as jg
-import langchain_memalign.graphs.structured as structured
 import langchain_memalign.judge as judge_module
 import langchain_memalign.memory.episodic as episodic
+import langchain_memalign.prompting.structured as structured
 from langchain_memalign import MemAlignJudge
-from langchain_memalign.graphs.prompts import judge_messages
+from langchain_memalign.prompting.prompts import judge_messages
 
 _ORIGINAL_SEARCH = episodic.EpisodicIndex.search
 _ORIGINAL_BUILD = judge_module.build_judge_graph

@@ -35,18 +35,10 @@ from langgraph.types import Send
 
 from langchain_memalign import limits
 from langchain_memalign._text import normalize
-from langchain_memalign._weak import weak_node
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.budget import fit_reflection, shown_guidelines
+from langchain_memalign.graphs._weak import weak_node
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.forget import ForgetStep
-from langchain_memalign.graphs.prompts import (
-    PAIR_SYSTEM,
-    SINGLE_SYSTEM,
-    consolidate_messages,
-    pair_messages,
-    reflect_messages,
-)
 from langchain_memalign.graphs.provenance import (
     TOPIC_SEARCH_DEPTH,
     echoes_prompt,
@@ -54,13 +46,6 @@ from langchain_memalign.graphs.provenance import (
     restates_case,
     supporting_sources,
 )
-from langchain_memalign.graphs.schemas import (
-    Consolidation,
-    Rederived,
-    Rule,
-    reflection_schema,
-)
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.episodic import as_matrix
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -71,6 +56,21 @@ from langchain_memalign.memory.semantic import (
     new_guideline_id,
     total_tokens,
 )
+from langchain_memalign.prompting.budget import fit_reflection, shown_guidelines
+from langchain_memalign.prompting.prompts import (
+    PAIR_SYSTEM,
+    SINGLE_SYSTEM,
+    consolidate_messages,
+    pair_messages,
+    reflect_messages,
+)
+from langchain_memalign.prompting.schemas import (
+    Consolidation,
+    Rederived,
+    Rule,
+    reflection_schema,
+)
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import (
     CalibrationReport,
     GuidelineCheck,

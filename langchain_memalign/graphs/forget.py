@@ -14,13 +14,13 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign._text import normalize
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.budget import case_chars
-from langchain_memalign.graphs.prompts import rederive_messages
 from langchain_memalign.graphs.provenance import supporting_sources
-from langchain_memalign.graphs.schemas import Rederived
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.budget import case_chars
+from langchain_memalign.prompting.prompts import rederive_messages
+from langchain_memalign.prompting.schemas import Rederived
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 
 

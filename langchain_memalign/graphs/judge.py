@@ -22,18 +22,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign._text import render, tidy_rationale
-from langchain_memalign._weak import weak_runnable
+from langchain_memalign.graphs._weak import weak_runnable
 from langchain_memalign.graphs.injection import grader_directed
-from langchain_memalign.graphs.prompts import (
+from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.prompts import (
     SEPARATE_SCALE,
     format_value,
     judge_messages,
     separate_messages,
 )
-from langchain_memalign.graphs.structured import StructuredCaller
-from langchain_memalign.memory.episodic import Episode
-from langchain_memalign.memory.judge_memory import JudgeMemory
-from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import _RATIONALE_MAX_CHARS as RATIONALE_MAX_CHARS
 

@@ -26,13 +26,13 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.prompts import format_value, narrow_messages
 from langchain_memalign.graphs.provenance import restates_case
-from langchain_memalign.graphs.schemas import GuidelineText
 from langchain_memalign.graphs.seen_cases import grade_unseen
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.prompts import format_value, narrow_messages
+from langchain_memalign.prompting.schemas import GuidelineText
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import GuidelineCheck, Usage
 
 if TYPE_CHECKING:
