@@ -24,7 +24,8 @@ from langchain_memalign.errors import (
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.align import AlignNodes, AlignState
+from langchain_memalign.graphs.align import AlignNodes
+from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.memory.calibration import MAX_LEVELS, calibrates

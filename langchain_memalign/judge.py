@@ -25,7 +25,8 @@ from langchain_memalign.errors import (
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
+from langchain_memalign.graphs.align import AlignNodes, build_align_graph
+from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator

@@ -1,8 +1,8 @@
 """The LangGraph graphs that use the memory, and their nodes: judging and aligning.
 
 - `judge`: embed the case, load guidelines and retrieve episodes, then judge;
-- `align`: reflect on feedback, merge it into memory, validate new guidelines, consolidate;
-- `forget`: the unalign step (remove feedback, re-derive what it fed);
+- `align`: the align graph and `AlignNodes`, made of the steps `reflect`, `merge`,
+  `consolidate` and `forget` (the unalign step), each in its module; `align_state`: its state;
 - `validate`: new guidelines graded on seen cases; `calibrate`: seen cases graded for
   score calibration; `seen_cases`: grading a seen case as unseen, for both;
 - `pairs`: contrast pairs for reflection; `provenance`: checks on proposals;

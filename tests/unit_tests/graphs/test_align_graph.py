@@ -7,8 +7,10 @@ from typing import Any
 from conftest import HOURS, RUDE, SWEATER
 from langgraph.types import Send
 
-from langchain_memalign.graphs.align import AlignNodes, ReflectionResult, reflection_schema
+from langchain_memalign.graphs.align import AlignNodes
+from langchain_memalign.graphs.align_state import ReflectionResult
 from langchain_memalign.memory.semantic import Proposal
+from langchain_memalign.prompting.schemas import reflection_schema
 
 
 def nodes_of(judge: Any) -> AlignNodes:
