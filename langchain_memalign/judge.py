@@ -28,7 +28,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align import AlignNodes, build_align_graph
 from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
-from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
+from langchain_memalign.graphs.judge import JudgeNodes, JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.postgres import is_postgres_url
@@ -140,21 +140,21 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         self.model = model
         self.reflection_model = reflection_model or model
         self.name = memory.config.name
-        self.graph: CompiledStateGraph[JudgeState, None, JudgeState, JudgeState] = (
-            build_judge_graph(memory, model, rate_limiter=rate_limiter)
+        # The graphs hold their nodes weakly (graphs/_weak.py): the judge owns them.
+        self._judge_nodes = JudgeNodes(memory, model, rate_limiter)
+        # Validation and calibration grade seen cases with the judge's own model and prompt.
+        self._calibrator = ScoreCalibrator(memory, self._judge_nodes)
+        self._align_nodes = AlignNodes(
+            memory,
+            self.reflection_model,
+            GuidelineValidator(memory, self._judge_nodes, self.reflection_model),
+            self._calibrator,
         )
-        self._align_nodes = AlignNodes(memory, self.reflection_model)
-        # Validation grades seen cases with the judge's own model and prompt.
-        judge_nodes = cast(Any, self.graph).memalign_nodes  # see _weak.py
-        validator = GuidelineValidator(memory, judge_nodes, self.reflection_model)
-        self._calibrator = ScoreCalibrator(memory, judge_nodes)
+        self.graph: CompiledStateGraph[JudgeState, None, JudgeState, JudgeState] = (
+            build_judge_graph(self._judge_nodes)
+        )
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
-            build_align_graph(
-                memory,
-                self.reflection_model,
-                validator=validator,
-                calibrator=self._calibrator,
-            )
+            build_align_graph(self._align_nodes)
         )
         self._run = AlignmentRun(memory, self.align_graph, self._align_nodes)
         self._chain = (

@@ -82,10 +82,7 @@ def _search_with_thread_setting(self: Any, vector: Any, k: int) -> Any:
     return _ORIGINAL_SEARCH(self, vector, k)
 
 
-def _sequential_graph(
-    memory: Any, model: Any, *, name: Any = None, rate_limiter: Any = None
-) -> Any:
-    nodes = jg.JudgeNodes(memory, model, rate_limiter)
+def _sequential_graph(nodes: jg.JudgeNodes, *, name: Any = None) -> Any:
     g = StateGraph(jg.JudgeState)
     g.add_node("embed_case", RunnableLambda(nodes.embed_case, afunc=nodes.aembed_case))
     g.add_node("load_guidelines", nodes.load_guidelines)

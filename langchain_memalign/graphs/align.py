@@ -82,19 +82,13 @@ class AlignNodes(ReflectStep, MergeStep, ConsolidateStep, ForgetStep):
 
 
 def build_align_graph(
-    memory: JudgeMemory,
-    model: BaseChatModel,
-    *,
-    name: str | None = None,
-    validator: GuidelineValidator | None = None,
-    calibrator: ScoreCalibrator | None = None,
+    nodes: AlignNodes, *, name: str | None = None
 ) -> CompiledStateGraph[AlignState, None, AlignState, AlignState]:
-    """Compile the alignment graph for a memory and a reflection model.
+    """Compile the alignment graph on `nodes`, which the caller keeps (`graphs._weak`).
 
-    With a `validator`, new guidelines are checked against seen cases after `merge`;
-    with a `calibrator`, the stored cases are then graded for score calibration.
+    With a validator in `nodes`, new guidelines are checked against seen cases after
+    `merge`; with a calibrator, the stored cases are then graded for score calibration.
     """
-    nodes = AlignNodes(memory, model, validator, calibrator)
     w = weak_node
     graph = StateGraph(AlignState)
     graph.add_node("reflect", w(nodes.reflect), input_schema=ReflectInput)
@@ -108,6 +102,4 @@ def build_align_graph(
     graph.add_edge("validate", "calibrate")
     graph.add_conditional_edges("calibrate", w(nodes.route_consolidation), ["consolidate", END])
     graph.add_edge("consolidate", END)
-    compiled = graph.compile(name=name or f"{memory.config.name}_align")
-    compiled.memalign_nodes = nodes  # type: ignore[attr-defined]  # see _weak.py
-    return compiled
+    return graph.compile(name=name or f"{nodes.memory.config.name}_align")
