@@ -25,8 +25,8 @@ from langchain_memalign.errors import (
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.align import AlignNodes, build_align_graph
-from langchain_memalign.graphs.align_state import AlignState
+from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
+from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.judge import JudgeNodes, JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
@@ -156,7 +156,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
             build_align_graph(self._align_nodes)
         )
-        self._run = AlignmentRun(memory, self.align_graph, self._align_nodes)
+        self.unalign_graph: CompiledStateGraph[UnalignState, None, UnalignState, UnalignState] = (
+            build_unalign_graph(self._align_nodes)
+        )
+        self._run = AlignmentRun(memory, self.align_graph, self.unalign_graph)
         self._chain = (
             PrepareCases(memory) | self.graph | TakeResult(memory.config.scale)
         ).with_config(run_name=self.name)

@@ -1,18 +1,27 @@
-r"""The alignment graph: reflect on feedback in parallel, merge into memory, consolidate.
+r"""The align and unalign graphs, and `AlignNodes`: the whole of `align` and `unalign`.
 
 ```
-START -(Send per batch)-> reflect -> merge -> validate -> calibrate -(over budget?)-> consolidate
-      \\-(nothing to reflect)-------/                              \\---------------------> END
-consolidate -> END
+START -> classify -(changed items?)-> forget -> batch -(Send per batch)-> reflect -> merge
+                 \\-(none changed)-------------/     \\-(nothing to reflect)--------/
+merge -> validate -> calibrate -(over budget?)-> consolidate -> END
+                              \\-------------------------------/
+
+START -> forget -> END            (the unalign graph)
 ```
-Each step lives in the module named for it, as a part of `AlignNodes`: `reflect`
-(guidelines distilled from each batch, in parallel), `merge` (episodes and checked
-guidelines stored in one transaction), `consolidate` (overlapping guidelines merged
-when they outgrow their budget) and `forget` (the unalign step: feedback removed and
-every guideline that came from it re-derived). `validate` grades seen cases with and
-without each new guideline and narrows or drops one that breaks more expert verdicts
-than it fixes (`graphs.validate`). `calibrate`, on integer scales, grades the stored
-cases as unseen and keeps the judge's score beside the expert's (`graphs.calibrate`).
+Each step lives in the module named for it, as a part of `AlignNodes`: `classify`
+(added, changed and unchanged feedback; a retag is stored at once), `forget` (what
+changed feedback taught is re-derived; in the unalign graph, the feedback is removed),
+`reflect` (`batch` groups what to reflect on, `reflect` distills guidelines from
+each group, in parallel), `merge` (episodes and checked guidelines stored in one
+transaction) and `consolidate` (overlapping guidelines merged when they outgrow
+their budget). `validate` grades seen cases with and without each new guideline
+and narrows or drops one that breaks more expert verdicts than it fixes
+(`graphs.validate`). `calibrate`, on integer scales, grades the stored cases as
+unseen and keeps the judge's score beside the expert's (`graphs.calibrate`).
+
+Every step that changes the memory writes through `JudgeMemory.write`. The graphs
+run inside one `JudgeMemory.atomic` unit (`langchain_memalign.alignment`), which
+makes an align or unalign on a folder one transaction.
 """
 
 from __future__ import annotations
@@ -25,8 +34,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign.graphs._weak import weak_node
-from langchain_memalign.graphs.align_state import AlignState, ReflectInput
+from langchain_memalign.graphs.align_state import AlignState, ReflectInput, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
+from langchain_memalign.graphs.classify import ClassifyStep, route_changed
 from langchain_memalign.graphs.consolidate import ConsolidateStep
 from langchain_memalign.graphs.forget import ForgetStep
 from langchain_memalign.graphs.merge import MergeStep
@@ -37,8 +47,8 @@ from langchain_memalign.prompting.schemas import Consolidation, Rederived
 from langchain_memalign.prompting.structured import StructuredCaller
 
 
-class AlignNodes(ReflectStep, MergeStep, ConsolidateStep, ForgetStep):
-    """The nodes of the alignment graph, bound to one judge's memory and reflection model."""
+class AlignNodes(ClassifyStep, ForgetStep, ReflectStep, MergeStep, ConsolidateStep):
+    """The nodes of the align and unalign graphs, bound to one judge's memory and model."""
 
     def __init__(
         self,
@@ -84,22 +94,43 @@ class AlignNodes(ReflectStep, MergeStep, ConsolidateStep, ForgetStep):
 def build_align_graph(
     nodes: AlignNodes, *, name: str | None = None
 ) -> CompiledStateGraph[AlignState, None, AlignState, AlignState]:
-    """Compile the alignment graph on `nodes`, which the caller keeps (`graphs._weak`).
+    """Compile the align graph on `nodes`, which the caller keeps (`graphs._weak`).
 
-    With a validator in `nodes`, new guidelines are checked against seen cases after
-    `merge`; with a calibrator, the stored cases are then graded for score calibration.
+    Its input is `{"feedback": [...]}`, validated (`MemAlignJudge.align`). With a
+    validator in `nodes`, new guidelines are checked against seen cases after `merge`;
+    with a calibrator, the stored cases are then graded for score calibration.
     """
     w = weak_node
     graph = StateGraph(AlignState)
+    graph.add_node("classify", w(nodes.classify))
+    graph.add_node("forget", w(nodes.forget_replaced))
+    graph.add_node("batch", w(nodes.batch))
     graph.add_node("reflect", w(nodes.reflect), input_schema=ReflectInput)
     graph.add_node("merge", w(nodes.merge))
     graph.add_node("validate", w(nodes.validate))
     graph.add_node("calibrate", w(nodes.calibrate))
     graph.add_node("consolidate", w(nodes.consolidate))
-    graph.add_conditional_edges(START, w(nodes.route_batches), ["reflect", "merge"])
+    graph.add_edge(START, "classify")
+    graph.add_conditional_edges("classify", route_changed, ["forget", "batch"])
+    graph.add_edge("forget", "batch")
+    graph.add_conditional_edges("batch", w(nodes.route_batches), ["reflect", "merge"])
     graph.add_edge("reflect", "merge")
     graph.add_edge("merge", "validate")
     graph.add_edge("validate", "calibrate")
     graph.add_conditional_edges("calibrate", w(nodes.route_consolidation), ["consolidate", END])
     graph.add_edge("consolidate", END)
     return graph.compile(name=name or f"{nodes.memory.config.name}_align")
+
+
+def build_unalign_graph(
+    nodes: ForgetStep, *, name: str | None = None
+) -> CompiledStateGraph[UnalignState, None, UnalignState, UnalignState]:
+    """Compile the unalign graph on `nodes`, which the caller keeps (`graphs._weak`).
+
+    Its input is `{"ids": [...]}`: distinct feedback ids, all stored or none removed.
+    """
+    graph = StateGraph(UnalignState)
+    graph.add_node("forget", weak_node(nodes.unalign))
+    graph.add_edge(START, "forget")
+    graph.add_edge("forget", END)
+    return graph.compile(name=name or f"{nodes.memory.config.name}_unalign")

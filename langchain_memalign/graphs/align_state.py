@@ -1,7 +1,7 @@
-"""The state of the align graph, and what one reflection task is given and gives back.
+"""The state of the align and unalign graphs, and what one reflection task takes and gives.
 
-Kept apart from the nodes so that every step module (`reflect`, `merge`, ...) reads
-the same types without importing the graph.
+Kept apart from the nodes so that every step module (`classify`, `reflect`, `merge`,
+...) reads the same types without importing the graph.
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ class ReflectionResult:
 class AlignState(TypedDict, total=False):
     """State of one alignment."""
 
+    # The call's feedback (validated), and its ids as `classify` sorted them.
+    feedback: list[Feedback]
+    added: list[str]
+    updated: list[str]
+    retagged: list[str]
+    unchanged: list[str]
+    # The new and changed items: stored and learned from by this align.
     to_store: list[Feedback]
     # The feedback reflected on in this align (new, changed and pending items with a
     # rationale), and the batches (or contrast pairs) it is reflected in.
@@ -54,3 +61,13 @@ class ReflectInput(TypedDict, total=False):
     # The feedback this task reflects on; the rest of the batch (a stored contrast
     # partner) is shown, not reflected (default: the whole batch).
     reflecting: list[str]
+
+
+class UnalignState(TypedDict, total=False):
+    """State of one unalign: the feedback ids removed, then what became of the guidelines."""
+
+    ids: list[str]
+    removed: list[str]
+    rederived: list[str]
+    errors: list[str]
+    usage: Usage

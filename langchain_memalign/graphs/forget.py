@@ -1,7 +1,9 @@
-"""The unalign step: detach feedback from memory and re-derive what it fed.
+"""The forget step: detach feedback from memory and re-derive what it fed.
 
-`ForgetStep` is part of the alignment nodes (`AlignNodes` inherits it): `unalign` calls
-it to remove feedback, and `align` calls it before replacing a changed feedback item.
+`ForgetStep` is part of the alignment nodes (`AlignNodes` inherits it). It is the
+whole of the unalign graph (`unalign`: the feedback is removed), and the align graph's
+step before a changed feedback item is learned again (`forget_replaced`: the item
+stays, what its old version taught is re-derived).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign._text import normalize
+from langchain_memalign.errors import UnknownFeedbackError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.provenance import supporting_sources
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
@@ -39,6 +43,26 @@ class ForgetStep:
 
     memory: JudgeMemory
     rederiver: StructuredCaller[Rederived]
+
+    def unalign(self, state: UnalignState, config: RunnableConfig) -> dict[str, Any]:
+        """Remove feedback and re-derive what it fed; unknown ids remove nothing and raise."""
+        ids = state.get("ids") or []
+        known = self.memory.store.feedback_state(ids)
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise UnknownFeedbackError(missing)
+        result = self.forget(ids, delete=True, config=config)
+        return {
+            "removed": result.removed,
+            "rederived": result.rederived,
+            "errors": result.errors,
+            "usage": result.usage,
+        }
+
+    def forget_replaced(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """Before changed feedback is learned again: re-derive what its old version taught."""
+        result = self.forget(state.get("updated") or [], delete=False, config=config)
+        return {"usages": [result.usage], "errors": result.errors}
 
     def _still_supported(
         self,

@@ -1,10 +1,13 @@
-"""The reflection step of the align graph: guidelines distilled from feedback, in parallel.
+"""The reflection steps of the align graph: guidelines distilled from feedback, in parallel.
 
-`route_batches` fans out one `reflect` task per batch (or contrast pair, `pairs`).
-`reflect` distills scoped guidelines from one batch of feedback, shown beside
-stored cases with other verdicts, or the rule of one contrast pair; a batch that
-fails is recorded, never dropped: its feedback is stored and kept pending for the
-next alignment.
+`batch` chooses what this align reflects on (the new and changed items with a
+rationale, and the stored items whose reflection failed before) and groups it: each
+item beside the most similar case graded otherwise (`pairs`, the default), or in
+batches that each hold every score present. `route_batches` fans out one `reflect`
+task per group. `reflect` distills scoped guidelines from one batch of feedback,
+shown beside stored cases with other verdicts, or the rule of one contrast pair; a
+batch that fails is recorded, never dropped: its feedback is stored and kept
+pending for the next alignment.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from langgraph.types import Send
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import AlignState, ReflectInput, ReflectionResult
+from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.graphs.provenance import echoes_prompt
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Proposal
@@ -31,6 +35,27 @@ from langchain_memalign.prompting.prompts import (
 from langchain_memalign.prompting.schemas import Rule, reflection_schema
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
+
+
+def mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
+    """Reflection batches that each hold every score present, as evenly as possible.
+
+    A rule's condition is learned from contrast: a batch of only failing cases invites
+    a rule that also catches the passing ones.
+    """
+    if len(items) <= size:
+        return [items] if items else []
+    by_value: dict[str, list[Feedback]] = {}
+    for fb in items:
+        by_value.setdefault(repr(fb.value), []).append(fb)
+    n = -(-len(items) // size)
+    batches: list[list[Feedback]] = [[] for _ in range(n)]
+    i = 0
+    for group in by_value.values():
+        for fb in group:
+            batches[i % n].append(fb)
+            i += 1
+    return batches
 
 
 def _reflection_failed(ids: list[str], e: Exception) -> dict[str, Any]:
@@ -48,6 +73,32 @@ class ReflectStep:
 
     memory: JudgeMemory
     reflection_model: BaseChatModel
+
+    def batch(self, state: AlignState) -> dict[str, Any]:
+        """What this align reflects on, grouped in contrast pairs or mixed batches."""
+        mem = self.memory
+        to_store = state.get("to_store") or []
+        fresh = {fb.id for fb in to_store}
+        pending = [i for i in mem.store.pending_reflection() if i not in fresh]
+        to_reflect = [fb for fb in to_store if fb.rationale]
+        to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
+        if mem.config.options.reflection.mode == "pairs" and to_reflect:
+            # Each item beside the most similar case graded otherwise; the vectors
+            # are the ones `merge` stores, embedded once.
+            usage = Usage()
+            texts = [mem.case_text(fb.inputs, fb.outputs) for fb in to_reflect]
+            vectors = mem.embed(texts, usage)
+            return {
+                "to_reflect": to_reflect,
+                "batches": contrast_groups(mem, to_reflect, vectors),
+                "case_vectors": {
+                    fb.id: (mem.text_hash(t), v)
+                    for fb, t, v in zip(to_reflect, texts, vectors, strict=True)
+                },
+                "usages": [usage],
+            }
+        batches = mixed_batches(to_reflect, mem.config.options.reflection.batch_size)
+        return {"to_reflect": to_reflect, "batches": batches}
 
     def route_batches(self, state: AlignState) -> list[Send] | str:
         """Fan out one `reflect` task per batch; go straight to `merge` when there is none."""
