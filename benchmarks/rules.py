@@ -49,11 +49,11 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _options import judge_kwargs
+from harness.options import judge_kwargs
+from harness.provenance import file_sha256, run_info
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
-from provenance import file_sha256, run_info
 from side_by_side import (
     FewShotJudge,
     add_model_args,
@@ -603,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     data_path = Path(args.data)
     domains = load_domains(data_path, [d for d in args.domains.split(",") if d])
     if args.fake:
-        from _fake import HashEmbeddings, SchemaFakeChat
+        from harness.fakes import HashEmbeddings, SchemaFakeChat
 
         fake = SchemaFakeChat()
         models: tuple[Any, Any, Any] = (fake, fake, HashEmbeddings())
