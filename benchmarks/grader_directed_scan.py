@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from provenance import file_sha256, run_info
+from harness.provenance import file_sha256, run_info
 
 from langchain_memalign.graphs.injection import grader_directed
 

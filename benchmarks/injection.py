@@ -29,9 +29,9 @@ from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from provenance import file_sha256, run_info
+from harness.provenance import file_sha256, run_info
 
-import langchain_memalign.graphs.prompts as prompts
+import langchain_memalign.prompting.prompts as prompts
 from langchain_memalign import MemAlignJudge
 from langchain_memalign._text import render
 

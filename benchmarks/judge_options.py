@@ -25,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import FILES, load_as_run, load_scenario
-from _options import judge_kwargs
-from provenance import file_sha256, run_info
+from harness.datasets import FILES, load_as_run, load_scenario
+from harness.options import judge_kwargs
+from harness.provenance import file_sha256, run_info
 from quality import metrics, seen_sample
 from side_by_side import add_model_args, build_models
 

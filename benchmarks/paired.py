@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import dataset_spec
+from harness.datasets import dataset_spec
 from quality import COLLAPSE_SHARE, wilson
 
 

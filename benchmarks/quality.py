@@ -71,9 +71,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import DERIVED, FILES, DatasetSpec, dataset_spec, load_derived, load_jsonl, load_scenario
-from _options import judge_kwargs
-from provenance import file_sha256, run_info
+from harness.datasets import (
+    DERIVED,
+    FILES,
+    DatasetSpec,
+    dataset_spec,
+    load_derived,
+    load_jsonl,
+    load_scenario,
+)
+from harness.options import judge_kwargs
+from harness.provenance import file_sha256, run_info
 from side_by_side import (
     FewShotJudge,
     add_model_args,
@@ -925,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown ablations {sorted(unknown)}; known: {sorted(ABLATIONS)}")
 
     if args.fake:
-        from _fake import HashEmbeddings, SchemaFakeChat
+        from harness.fakes import HashEmbeddings, SchemaFakeChat
 
         fake = SchemaFakeChat()
         models: tuple[Any, Any, Any] = (fake, fake, HashEmbeddings())

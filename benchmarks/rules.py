@@ -49,11 +49,11 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _options import judge_kwargs
+from harness.options import judge_kwargs
+from harness.provenance import file_sha256, run_info
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
-from provenance import file_sha256, run_info
 from side_by_side import (
     FewShotJudge,
     add_model_args,
@@ -280,10 +280,9 @@ class Bench:
             # would give (an exploration upper bound, never a published system).
             mem = judge.memory
             rule = Guideline(id="oracle", text=d.rule, source_ids=tuple(r["id"] for r in d.train))
-            with mem.store.transaction() as conn:
-                mem.store.delete_guidelines(conn, [g.id for g in mem.guidelines])
-                mem.store.put_guideline(conn, rule, mem.embed([d.rule])[0], 0)
-            mem.refresh_guidelines()
+            with mem.write() as w:
+                w.delete_guidelines([g.id for g in mem.guidelines])
+                w.put_guideline(rule, mem.embed([d.rule])[0], 0)
         try:
             return {"judged_on": str(memory), **self.judge_all(judge, d, seen=self.args.seen)}
         finally:
@@ -604,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     data_path = Path(args.data)
     domains = load_domains(data_path, [d for d in args.domains.split(",") if d])
     if args.fake:
-        from _fake import HashEmbeddings, SchemaFakeChat
+        from harness.fakes import HashEmbeddings, SchemaFakeChat
 
         fake = SchemaFakeChat()
         models: tuple[Any, Any, Any] = (fake, fake, HashEmbeddings())

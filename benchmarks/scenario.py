@@ -35,9 +35,9 @@ from langchain_openai import ChatOpenAI, OpenAIEmbeddings
 from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _data import read_feedback, scenario_instructions
-from _options import judge_kwargs, option_value
-from provenance import file_sha256, run_info
+from harness.datasets import read_feedback, scenario_instructions
+from harness.options import judge_kwargs, option_value
+from harness.provenance import file_sha256, run_info
 
 from langchain_memalign import Feedback, MemAlignJudge
 from langchain_memalign.graphs.validate import _rejects

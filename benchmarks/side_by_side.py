@@ -2,7 +2,7 @@
 
 One run, one model server, one embedding server. For every data set:
 
-1. load it with `benchmarks/shared_data.py`'s `load_jsonl` (cases whose inputs + outputs
+1. load it with `harness/shared_data.py`'s `load_jsonl` (cases whose inputs + outputs
    exceed --max-case-chars are skipped, so prompts fit a small local model), and split a
    stratified training pool (--n-train) and test set (--n-test) with --seed;
 2. judge the test set with
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _data import FILES, DatasetSpec, dataset_spec, load_jsonl
-from _options import judge_kwargs
+from harness.datasets import FILES, DatasetSpec, dataset_spec, load_jsonl
+from harness.options import judge_kwargs
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
@@ -55,9 +55,9 @@ from langchain_memalign.evaluation.agreement import (
 )
 from langchain_memalign.evaluation.learning_curve import split_train_test
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
-from langchain_memalign.graphs.prompts import judge_messages
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.prompting.prompts import judge_messages
+from langchain_memalign.prompting.structured import StructuredCaller
 
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_DIR = ROOT / "benchmarks" / "mlflow_baseline"

@@ -18,17 +18,18 @@ from pydantic import ValidationError
 
 from langchain_memalign import limits
 from langchain_memalign._tracing import no_upload_when_local
+from langchain_memalign.alignment import AlignmentRun
+from langchain_memalign.chain_steps import PrepareCases, TakeResult
 from langchain_memalign.config import JudgeConfig, JudgeOptions
 from langchain_memalign.errors import (
     InvalidFeedbackError,
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.align import AlignNodes, AlignState, build_align_graph
-from langchain_memalign.graphs.alignment import AlignmentRun
+from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
+from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
-from langchain_memalign.graphs.cases import PrepareCases, TakeResult
-from langchain_memalign.graphs.judge import JudgeState, build_judge_graph
+from langchain_memalign.graphs.judge import JudgeNodes, JudgeState, build_judge_graph
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.postgres import is_postgres_url
@@ -140,23 +141,26 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         self.model = model
         self.reflection_model = reflection_model or model
         self.name = memory.config.name
+        # The graphs hold their nodes weakly (graphs/_weak.py): the judge owns them.
+        self._judge_nodes = JudgeNodes(memory, model, rate_limiter)
+        # Validation and calibration grade seen cases with the judge's own model and prompt.
+        self._calibrator = ScoreCalibrator(memory, self._judge_nodes)
+        self._align_nodes = AlignNodes(
+            memory,
+            self.reflection_model,
+            GuidelineValidator(memory, self._judge_nodes, self.reflection_model),
+            self._calibrator,
+        )
         self.graph: CompiledStateGraph[JudgeState, None, JudgeState, JudgeState] = (
-            build_judge_graph(memory, model, rate_limiter=rate_limiter)
+            build_judge_graph(self._judge_nodes)
         )
-        self._align_nodes = AlignNodes(memory, self.reflection_model)
-        # Validation grades seen cases with the judge's own model and prompt.
-        judge_nodes = cast(Any, self.graph).memalign_nodes  # see _weak.py
-        validator = GuidelineValidator(memory, judge_nodes, self.reflection_model)
-        self._calibrator = ScoreCalibrator(memory, judge_nodes)
         self.align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState] = (
-            build_align_graph(
-                memory,
-                self.reflection_model,
-                validator=validator,
-                calibrator=self._calibrator,
-            )
+            build_align_graph(self._align_nodes)
         )
-        self._run = AlignmentRun(memory, self.align_graph, self._align_nodes)
+        self.unalign_graph: CompiledStateGraph[UnalignState, None, UnalignState, UnalignState] = (
+            build_unalign_graph(self._align_nodes)
+        )
+        self._run = AlignmentRun(memory, self.align_graph, self.unalign_graph)
         self._chain = (
             PrepareCases(memory) | self.graph | TakeResult(memory.config.scale)
         ).with_config(run_name=self.name)

@@ -67,11 +67,11 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
 import langchain_memalign.graphs.judge as jg
-import langchain_memalign.graphs.structured as structured
 import langchain_memalign.judge as judge_module
 import langchain_memalign.memory.episodic as episodic
+import langchain_memalign.prompting.structured as structured
 from langchain_memalign import MemAlignJudge
-from langchain_memalign.graphs.prompts import judge_messages
+from langchain_memalign.prompting.prompts import judge_messages
 
 _ORIGINAL_SEARCH = episodic.EpisodicIndex.search
 _ORIGINAL_BUILD = judge_module.build_judge_graph
@@ -82,10 +82,7 @@ def _search_with_thread_setting(self: Any, vector: Any, k: int) -> Any:
     return _ORIGINAL_SEARCH(self, vector, k)
 
 
-def _sequential_graph(
-    memory: Any, model: Any, *, name: Any = None, rate_limiter: Any = None
-) -> Any:
-    nodes = jg.JudgeNodes(memory, model, rate_limiter)
+def _sequential_graph(nodes: jg.JudgeNodes, *, name: Any = None) -> Any:
     g = StateGraph(jg.JudgeState)
     g.add_node("embed_case", RunnableLambda(nodes.embed_case, afunc=nodes.aembed_case))
     g.add_node("load_guidelines", nodes.load_guidelines)

@@ -1,12 +1,15 @@
-"""The LangGraph graphs that use the memory: judging and aligning.
+"""The LangGraph graphs that use the memory, and their nodes: judging and aligning.
 
 - `judge`: embed the case, load guidelines and retrieve episodes, then judge;
-- `align`: reflect on feedback, merge it into memory, validate new guidelines, consolidate;
-- `alignment`: one align or unalign run (what `MemAlignJudge.align` and `unalign` do);
-- `forget`: the unalign step (remove feedback, re-derive what it fed);
-- `validate`: new guidelines graded on seen cases; `provenance`: checks on proposals;
-- `schemas`: what the alignment model calls return;
-- `cases`: the steps around the judge graph (input cases in, one result out);
-- `prompts`: every message the graphs send to a model;
-- `structured`: structured output with retries and a JSON-in-text fallback.
+- `align`: the align graph and `AlignNodes`, made of the steps `reflect`, `merge`,
+  `consolidate` and `forget` (the unalign step), each in its module; `align_state`: its state;
+- `validate`: new guidelines graded on seen cases; `calibrate`: seen cases graded for
+  score calibration; `seen_cases`: grading a seen case as unseen, for both;
+- `pairs`: contrast pairs for reflection; `provenance`: checks on proposals;
+  `injection`: graded text that addresses the grader;
+- `_weak`: nodes that do not keep their judge alive.
+
+What the graphs send to a model is in `langchain_memalign.prompting`; the runs around
+the align graph in `langchain_memalign.alignment`, the steps around the judge graph in
+`langchain_memalign.chain_steps`.
 """

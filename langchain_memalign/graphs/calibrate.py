@@ -79,10 +79,9 @@ class ScoreCalibrator:
         # Every case of this align loses its old pair (it may have changed); those not
         # graded now have none until an align grades them again.
         calibration = mem.stored_calibration().updated(pairs, [fb.id for fb in cases])
-        with mem.store.transaction() as conn:
-            mem.put_calibration(calibration)
-            mem.store.log(conn, "calibrate", [p.feedback_id for p in pairs])
-        mem.refresh_guidelines()
+        with mem.write() as w:
+            w.put_calibration(calibration)
+            w.log("calibrate", [p.feedback_id for p in pairs])
         return CalibrationReport(
             graded=[p.feedback_id for p in pairs],
             past_case_shown=past_case_shown,

@@ -1,7 +1,9 @@
-"""The unalign step: detach feedback from memory and re-derive what it fed.
+"""The forget step: detach feedback from memory and re-derive what it fed.
 
-`ForgetStep` is part of the alignment nodes (`AlignNodes` inherits it): `unalign` calls
-it to remove feedback, and `align` calls it before replacing a changed feedback item.
+`ForgetStep` is part of the alignment nodes (`AlignNodes` inherits it). It is the
+whole of the unalign graph (`unalign`: the feedback is removed), and the align graph's
+step before a changed feedback item is learned again (`forget_replaced`: the item
+stays, what its old version taught is re-derived).
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign._text import normalize
+from langchain_memalign.errors import UnknownFeedbackError
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.budget import case_chars
-from langchain_memalign.graphs.prompts import rederive_messages
+from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.provenance import supporting_sources
-from langchain_memalign.graphs.schemas import Rederived
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.budget import case_chars
+from langchain_memalign.prompting.prompts import rederive_messages
+from langchain_memalign.prompting.schemas import Rederived
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 
 
@@ -39,6 +43,26 @@ class ForgetStep:
 
     memory: JudgeMemory
     rederiver: StructuredCaller[Rederived]
+
+    def unalign(self, state: UnalignState, config: RunnableConfig) -> dict[str, Any]:
+        """Remove feedback and re-derive what it fed; unknown ids remove nothing and raise."""
+        ids = state.get("ids") or []
+        known = self.memory.store.feedback_state(ids)
+        missing = [i for i in ids if i not in known]
+        if missing:
+            raise UnknownFeedbackError(missing)
+        result = self.forget(ids, delete=True, config=config)
+        return {
+            "removed": result.removed,
+            "rederived": result.rederived,
+            "errors": result.errors,
+            "usage": result.usage,
+        }
+
+    def forget_replaced(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """Before changed feedback is learned again: re-derive what its old version taught."""
+        result = self.forget(state.get("updated") or [], delete=False, config=config)
+        return {"usages": [result.usage], "errors": result.errors}
 
     def _still_supported(
         self,
@@ -132,28 +156,25 @@ class ForgetStep:
                 rederived.append(g.model_copy(update={"text": text, "source_ids": remaining}))
         result.rederived = [g.id for g in rederived + still]
         vectors = mem.embed([g.text for g in rederived], result.usage) if rederived else None
-        rows = [r for r, _ in mem.store.episode_keys(ids).values()] if delete else []
-        with mem.store.transaction() as conn:
-            mem.store.delete_guidelines(conn, result.removed)
+        with mem.write() as w:
+            w.delete_guidelines(result.removed)
             for i, g in enumerate(rederived):
                 assert vectors is not None
-                mem.store.put_guideline(conn, g, vectors[i], 0)
+                w.put_guideline(g, vectors[i], 0)
             for g in [*widened.values(), *still]:
-                mem.store.put_guideline(conn, g, None, 0)
+                w.put_guideline(g, None, 0)
             if delete:
-                mem.store.delete_feedback(conn, ids)
+                w.delete_feedback(ids)
             else:
-                mem.store.set_reflected(conn, ids, False)
-            mem.store.set_reflected(conn, pending, False)
+                w.set_reflected(ids, False)
+            w.set_reflected(pending, False)
             # A calibration pair belongs to its feedback: gone with it, and stale once the
             # feedback is replaced (the align that replaces it grades it again).
             calibration = mem.stored_calibration()
             if gone & {p.feedback_id for p in calibration.pairs}:
-                mem.put_calibration(calibration.updated([], gone))
-            mem.store.log(
-                conn, "unalign" if delete else "replace", ids,
+                w.put_calibration(calibration.updated([], gone))
+            w.log(
+                "unalign" if delete else "replace", ids,
                 result.removed + result.rederived + list(widened),
             )  # fmt: skip
-        mem.index.remove(rows)
-        mem.refresh_guidelines()
         return result

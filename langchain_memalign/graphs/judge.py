@@ -5,8 +5,9 @@ START -> embed_case -> load_guidelines   -> judge -> END
                     \\-> retrieve_episodes -/
 ```
 Every node is a method of `JudgeNodes` that can be called (and tested) alone;
-`build_judge_graph` wires them into a compiled `StateGraph` that can also be
-added to another graph as a subgraph.
+`build_judge_graph` wires a `JudgeNodes` into a compiled `StateGraph` that can
+also be added to another graph as a subgraph. The graph holds its nodes weakly
+(`_weak`): the caller keeps the `JudgeNodes` (the judge does).
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign._text import render, tidy_rationale
-from langchain_memalign._weak import weak_runnable
+from langchain_memalign.graphs._weak import weak_runnable
 from langchain_memalign.graphs.injection import grader_directed
-from langchain_memalign.graphs.prompts import (
+from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.prompts import (
     SEPARATE_SCALE,
     format_value,
     judge_messages,
     separate_messages,
 )
-from langchain_memalign.graphs.structured import StructuredCaller
-from langchain_memalign.memory.episodic import Episode
-from langchain_memalign.memory.judge_memory import JudgeMemory
-from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import _RATIONALE_MAX_CHARS as RATIONALE_MAX_CHARS
 
@@ -361,14 +362,9 @@ class JudgeNodes:
 
 
 def build_judge_graph(
-    memory: JudgeMemory,
-    model: BaseChatModel,
-    *,
-    name: str | None = None,
-    rate_limiter: BaseRateLimiter | None = None,
+    nodes: JudgeNodes, *, name: str | None = None
 ) -> CompiledStateGraph[JudgeState, None, JudgeState, JudgeState]:
-    """Compile the judgment graph for a memory and a chat model."""
-    nodes = JudgeNodes(memory, model, rate_limiter)
+    """Compile the judgment graph on `nodes`, which the caller keeps (see the module doc)."""
     w = weak_runnable
     graph = StateGraph(JudgeState)
     graph.add_node("embed_case", w(nodes.embed_case, nodes.aembed_case))
@@ -380,6 +376,4 @@ def build_judge_graph(
     graph.add_edge("embed_case", "retrieve_episodes")
     graph.add_edge(["load_guidelines", "retrieve_episodes"], "judge")
     graph.add_edge("judge", END)
-    compiled = graph.compile(name=name or f"{memory.config.name}_judge")
-    compiled.memalign_nodes = nodes  # type: ignore[attr-defined]  # see _weak.py
-    return compiled
+    return graph.compile(name=name or f"{nodes.memory.config.name}_judge")

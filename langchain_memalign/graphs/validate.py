@@ -26,13 +26,13 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.prompts import format_value, narrow_messages
 from langchain_memalign.graphs.provenance import restates_case
-from langchain_memalign.graphs.schemas import GuidelineText
 from langchain_memalign.graphs.seen_cases import grade_unseen
-from langchain_memalign.graphs.structured import StructuredCaller
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.prompts import format_value, narrow_messages
+from langchain_memalign.prompting.schemas import GuidelineText
+from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import GuidelineCheck, Usage
 
 if TYPE_CHECKING:
@@ -271,14 +271,13 @@ class GuidelineValidator:
     def _commit(self, dropped: list[str], narrowed: list[Guideline], usage: Usage) -> None:
         mem = self.memory
         vectors = mem.embed([g.text for g in narrowed], usage) if narrowed else None
-        with mem.store.transaction() as conn:
-            mem.store.delete_guidelines(conn, dropped)
+        with mem.write() as w:
+            w.delete_guidelines(dropped)
             for i, g in enumerate(narrowed):
                 assert vectors is not None
-                mem.store.put_guideline(conn, g, vectors[i], 0)
+                w.put_guideline(g, vectors[i], 0)
             sources = [s for g in narrowed for s in g.source_ids]
-            mem.store.log(conn, "validate", sources, dropped + [g.id for g in narrowed])
-        mem.refresh_guidelines()
+            w.log("validate", sources, dropped + [g.id for g in narrowed])
 
 
 def _rejects(fixed: Sequence[str], broken: Sequence[str], require_fix: bool) -> bool:

@@ -365,8 +365,9 @@ class PublishingMemory:
         self.store.forget_versions(min(v.seq for v in list(self._live)))
 
     def refresh_guidelines(self) -> None:
-        """Publish the committed guidelines and the updated index as one new version.
+        """Publish what is committed as one new version (guidelines, index, calibration).
 
-        Writers call this after each commit, once the index has been updated.
+        `JudgeMemory.write` publishes its own steps; call this only after
+        writing the store by other means.
         """
         self._publish()

@@ -3,7 +3,8 @@
 `JudgeMemory` is what the graphs read and write: it opens a memory (a
 folder, in process, or a `postgresql://` URL) for a judge's configuration,
 embeds cases, retrieves past cases and guidelines for a judgment, saves and
-copies the memory, and runs an align or unalign as one unit (`atomic`).
+copies the memory, and runs an align or unalign as one unit (`atomic`) whose
+steps each write through `write` (commit, episode index, publish; `_writes`).
 
 Readers (judgments) work on immutable versions of the memory (`MemoryView`),
 so many threads can judge while an alignment writes; the index and the
@@ -42,9 +43,9 @@ from langchain_memalign.memory._integration_state import _CORE_META
 from langchain_memalign.memory._integration_state import IntegrationState as IntegrationState
 from langchain_memalign.memory._views import MemoryView as MemoryView
 from langchain_memalign.memory._views import PublishingMemory
+from langchain_memalign.memory._writes import MemoryWrite as MemoryWrite
 from langchain_memalign.memory.backends import open_store
 from langchain_memalign.memory.base import Store
-from langchain_memalign.memory.calibration import META_KEY as CALIBRATION_KEY
 from langchain_memalign.memory.calibration import ScoreCalibration
 from langchain_memalign.memory.episodic import Episode, as_matrix
 from langchain_memalign.memory.location import Location, is_postgres_url
@@ -265,10 +266,6 @@ class JudgeMemory(PublishingMemory):
         """The current score calibration (seen cases' pairs and the remapping)."""
         return self._view.calibration
 
-    def put_calibration(self, calibration: ScoreCalibration) -> None:
-        """Store a calibration (inside the caller's transaction, when there is one)."""
-        self.store.set_meta(CALIBRATION_KEY, calibration.to_json() if calibration.pairs else None)
-
     def needs_query_vector(self, view: MemoryView | None = None) -> bool:
         """Whether a judgment needs the case embedded (nothing to retrieve: no call)."""
         view = view or self._view
@@ -370,4 +367,30 @@ class JudgeMemory(PublishingMemory):
         with self.write_lock:
             yield IntegrationState(self.store, namespace)
 
-    # -- publishing a version after a committed write ------------------------------------
+    # -- writing ------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[MemoryWrite]:
+        """One write step: commit it, update the episode index, publish the new version.
+
+        The writes made through the yielded `MemoryWrite` commit in one store
+        transaction. Then the episode index takes the episodes they stored and
+        deleted, and judgments see the new version (guidelines, episodes,
+        calibration) at once. An exception rolls the step back and leaves the
+        index and the published version as they were. Inside `atomic` the step
+        is part of the one align or unalign, as any transaction is.
+
+        ```python
+        with memory.write() as w:
+            w.put_guideline(guideline, vector, w.next_position())
+            w.log("align", guideline.source_ids, [guideline.id])
+        ```
+        """
+        with self.store.transaction() as conn:
+            step = MemoryWrite(self.store, conn)
+            yield step
+        with self._index_lock:
+            self.index.remove(step.removed_rows)
+            if step.added_rows:
+                self.index.add(step.added_rows, np.stack(step.added_vectors))
+            self._publish()

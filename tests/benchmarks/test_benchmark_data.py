@@ -1,4 +1,4 @@
-"""The benchmarks' data loader (benchmarks/shared_data.py): labels mapped onto scales,
+"""The benchmarks' data loader (benchmarks/harness/shared_data.py): labels mapped onto scales,
 rationales, rubrics and per-annotator labels."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from langchain_memalign import InvalidFeedbackError, Scale
 from langchain_memalign.evaluation.agreement import agreement_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _data import load_derived
-from shared_data import DATASETS, dataset_spec, load_jsonl, row_to_feedback
+from harness.datasets import load_derived
+from harness.shared_data import DATASETS, dataset_spec, load_jsonl, row_to_feedback
 
 HALU = {
     "id": "halubench_1", "inputs": {"question": "Who wrote it?", "context": "Ann wrote it."},

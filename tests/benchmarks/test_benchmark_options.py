@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import quality
 import rules
-from _options import judge_kwargs, option_value
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
+from harness.options import judge_kwargs, option_value
 
 from langchain_memalign import JudgeOptions
 

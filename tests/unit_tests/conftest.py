@@ -1,12 +1,12 @@
 """Fixtures shared by every unit test; the folders mirror the package's.
 
 A test of one subpackage lives in the folder of that name (`memory/`, `graphs/`,
-`langsmith/`, `cli/`, `evaluation/`); tests of the judge as a whole and of top-level
-modules stay here; `robustness/` holds the fault, fuzz and crash tests. The folders are
-not packages (no `__init__.py`: a `langsmith` package here would shadow the library),
-so every test module needs a basename unique across `tests/`. The helpers in `tests/`
-(`fakes`, `pg_server`, `langsmith_server`, `openai_server`) are importable because this
-file puts `tests/` on `sys.path`.
+`prompting/`, `langsmith/`, `cli/`, `evaluation/`); tests of the judge as a whole and of
+top-level modules stay here; `robustness/` holds the fault, fuzz and crash tests. The
+folders are not packages (no `__init__.py`: a `langsmith` package here would shadow the
+library), so every test module needs a basename unique across `tests/`. The helpers in
+`tests/` (`fakes`, `pg_server`, `langsmith_server`, `openai_server`) are importable
+because this file puts `tests/` on `sys.path`.
 """
 
 from __future__ import annotations

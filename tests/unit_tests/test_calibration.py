@@ -276,9 +276,8 @@ def test_a_judgment_that_shows_a_past_case_is_not_calibrated(make_judge: Any, mo
     judge = make_judge(scale=(1, 5), k=3, reuse_expert_verdicts=False)
     judge.align(items(2, 2, 2, 3))  # every grading showed past cases: no pair kept
     mem = judge.memory
-    with mem.store.transaction():
-        mem.put_calibration(ScoreCalibration.fit(pairs(("c0", 3, 2), ("c1", 3, 2), ("c2", 3, 2))))
-    mem.refresh_guidelines()
+    with mem.write() as w:
+        w.put_calibration(ScoreCalibration.fit(pairs(("c0", 3, 2), ("c1", 3, 2), ("c2", 3, 2))))
     assert dict(mem.calibration.mapping) == {3: 2}
     result = judge.invoke({"inputs": "question 1", "outputs": "answer 9"})
     assert result["metadata"]["episode_ids"] and result["score"] == 3

@@ -15,10 +15,10 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from langchain_memalign import MemAlignJudge
 from langchain_memalign._text import fair_shares, render_within, tidy_rationale, truncate_middle
 from langchain_memalign.config import JudgeConfig
-from langchain_memalign.graphs.alignment import mixed_batches
 from langchain_memalign.graphs.judge import split_outputs, swap_outputs
-from langchain_memalign.graphs.prompts import judge_messages
+from langchain_memalign.graphs.reflect import mixed_batches
 from langchain_memalign.memory.store import DB_FILE
+from langchain_memalign.prompting.prompts import judge_messages
 from langchain_memalign.scale import Scale
 
 

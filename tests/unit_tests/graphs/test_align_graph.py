@@ -1,14 +1,18 @@
-"""Each node of the alignment graph alone, and the graph's shape."""
+"""Each node of the align graph alone, the graphs' shapes, and align and unalign run in them."""
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from conftest import HOURS, RUDE, SWEATER
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.types import Send
 
-from langchain_memalign.graphs.align import AlignNodes, ReflectionResult, reflection_schema
+from langchain_memalign.graphs.align import AlignNodes, build_align_graph
+from langchain_memalign.graphs.align_state import ReflectionResult
 from langchain_memalign.memory.semantic import Proposal
+from langchain_memalign.prompting.schemas import reflection_schema
 
 
 def nodes_of(judge: Any) -> AlignNodes:
@@ -18,9 +22,83 @@ def nodes_of(judge: Any) -> AlignNodes:
 def test_graph_shape(make_judge: Any) -> None:
     graph = make_judge().align_graph.get_graph()
     edges = {(e.source, e.target) for e in graph.edges}
-    assert {("__start__", "reflect"), ("__start__", "merge"), ("reflect", "merge")} <= edges
-    assert {("merge", "validate"), ("validate", "calibrate")} <= edges
+    assert {("__start__", "classify"), ("classify", "forget"), ("classify", "batch")} <= edges
+    assert {("forget", "batch"), ("batch", "reflect"), ("batch", "merge")} <= edges
+    assert {("reflect", "merge"), ("merge", "validate"), ("validate", "calibrate")} <= edges
     assert {("calibrate", "consolidate"), ("calibrate", "__end__")} <= edges
+
+
+def test_unalign_graph_shape(make_judge: Any) -> None:
+    graph = make_judge().unalign_graph.get_graph()
+    edges = {(e.source, e.target) for e in graph.edges}
+    assert edges == {("__start__", "forget"), ("forget", "__end__")}
+
+
+class NodeRuns(BaseCallbackHandler):
+    """The names of the graph and node runs a call made."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kw: Any) -> None:
+        self.names.append(kw.get("name") or "")
+
+
+def test_align_and_unalign_run_all_their_steps_in_their_graphs(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    runs = NodeRuns()
+    changed = SWEATER.model_copy(update={"rationale": "Cold: say sorry first."})
+    judge.align([changed, RUDE], {"callbacks": [runs]})
+    # Sorting the feedback and forgetting what the changed item taught are graph steps.
+    assert runs.names[0] == "helpfulness_align"
+    assert {"classify", "forget", "batch", "reflect", "merge"} <= set(runs.names)
+    runs.names.clear()
+    report = judge.unalign(["hours"], {"callbacks": [runs]})
+    assert report.removed == ["hours"] and runs.names[:2] == ["helpfulness_unalign", "forget"]
+    assert "hours" not in judge.feedback_ids
+
+
+def test_the_align_graph_runs_the_nodes_it_is_given(make_judge: Any) -> None:
+    judge = make_judge()
+    ran: list[AlignNodes] = []
+
+    class Recording(AlignNodes):
+        def classify(self, state: Any) -> dict[str, Any]:
+            ran.append(self)
+            return super().classify(state)
+
+    nodes = Recording(judge.memory, judge.reflection_model)
+    out = build_align_graph(nodes).invoke({"feedback": [SWEATER]})
+    assert ran == [nodes] and out["added"] == ["sweater"]
+    assert judge.feedback_ids == ["sweater"]
+
+
+def test_classify_alone_sorts_the_feedback_and_stores_a_retag(make_judge: Any) -> None:
+    judge = make_judge()
+    judge.align([SWEATER, HOURS])
+    nodes = nodes_of(judge)
+    changed = HOURS.model_copy(update={"value": False})
+    tagged = SWEATER.model_copy(update={"metadata": {"ticket": "T-1"}})
+    out = nodes.classify({"feedback": [RUDE, changed, tagged]})
+    assert (out["added"], out["updated"], out["retagged"]) == (["rude"], ["hours"], ["sweater"])
+    assert out["unchanged"] == [] and [fb.id for fb in out["to_store"]] == ["rude", "hours"]
+    assert judge.get_feedback("sweater").metadata == {"ticket": "T-1"}  # stored at once
+    assert judge.get_feedback("hours").value is True  # the change is merge's to store
+    assert nodes.classify({"feedback": [HOURS]})["unchanged"] == ["hours"]
+
+
+def test_batch_alone_reflects_on_new_and_pending_items_with_a_rationale(
+    make_judge: Any, responder: Any
+) -> None:
+    responder.fail_reflect = True
+    judge = make_judge(max_retries=0)
+    judge.align([SWEATER], raise_on_failure=False)
+    assert judge.memory.pending_ids() == ["sweater"]
+    quiet = HOURS.model_copy(update={"rationale": None})
+    out = nodes_of(judge).batch({"to_store": [RUDE, quiet]})
+    assert [fb.id for fb in out["to_reflect"]] == ["rude", "sweater"]
+    assert [[fb.id for fb in b] for b in out["batches"]] == [["rude", "sweater"]]
 
 
 def test_route_batches_fans_out_one_send_per_batch(make_judge: Any) -> None:

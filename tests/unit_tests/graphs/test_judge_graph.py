@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any, TypedDict
 
 import pytest
@@ -10,7 +12,7 @@ from conftest import HOURS, RUDE, SWEATER
 from langgraph.graph import END, START, StateGraph
 
 from langchain_memalign import JudgeOptions
-from langchain_memalign.graphs.judge import JudgeNodes
+from langchain_memalign.graphs.judge import JudgeNodes, build_judge_graph
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
 
@@ -21,6 +23,39 @@ def test_graph_shape(make_judge: Any) -> None:
     assert ("embed_case", "load_guidelines") in edges
     assert ("embed_case", "retrieve_episodes") in edges
     assert ("load_guidelines", "judge") in edges and ("retrieve_episodes", "judge") in edges
+
+
+def test_the_graph_runs_the_nodes_it_is_given(make_judge: Any) -> None:
+    judge = make_judge()
+    ran: list[JudgeNodes] = []
+
+    class Recording(JudgeNodes):
+        def judge(self, state: Any, config: Any) -> dict[str, Any]:
+            ran.append(self)
+            return super().judge(state, config)
+
+    nodes = Recording(judge.memory, judge.model)
+    out = build_judge_graph(nodes).invoke(dict(CASE))
+    assert ran == [nodes] and out["result"]["key"] == "helpfulness"
+
+
+def test_a_graph_does_not_keep_its_nodes_alive(make_judge: Any) -> None:
+    """The caller owns the nodes; nothing on the compiled graph holds them."""
+    judge = make_judge()
+    nodes = JudgeNodes(judge.memory, judge.model)
+    alive = weakref.ref(nodes)
+    graph = build_judge_graph(nodes)
+    del nodes
+    gc.collect()
+    assert alive() is None
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        graph.invoke(dict(CASE))
+
+
+def test_validation_and_calibration_grade_with_the_judge_graphs_nodes(make_judge: Any) -> None:
+    judge = make_judge()
+    nodes = judge._align_nodes
+    assert nodes.validator.judge_nodes is nodes.calibrator.judge_nodes is judge._judge_nodes
 
 
 def test_embed_case_skips_empty_memory_and_given_vectors(make_judge: Any, embeddings: Any) -> None:

@@ -126,10 +126,10 @@ def test_a_failure_after_several_steps_rolls_all_of_them_back(
         raise OSError("disk unplugged")
 
     monkeypatch.setattr(AlignNodes, "consolidate", crash)
-    # The graph binds its nodes when built: rebuild it to pick up the patch.
+    # The graph binds its nodes' methods when built: rebuild it to pick up the patch.
     from langchain_memalign.graphs.align import build_align_graph
 
-    judge._run.graph = build_align_graph(judge.memory, judge.reflection_model)
+    judge._run.align_graph = build_align_graph(judge._align_nodes)
     with pytest.raises(AlignFailedError, match="OSError: disk unplugged"):
         judge.align([SWEATER, fb("x", "Where is my parcel?", "Lost.", False, LONG)])
     assert dump(judge) == before

@@ -11,7 +11,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from langchain_memalign import MalformedOutputError, Scale
-from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.prompting.structured import StructuredCaller
 
 SCHEMA = Scale.of((1, 5)).verdict_schema()
 MSGS = [HumanMessage(content="grade this")]

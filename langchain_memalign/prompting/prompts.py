@@ -53,7 +53,7 @@ MEMORY_NOTE = (
 
 # Rules in the experts' words with their condition, not a "When <condition>, <rule>."
 # template (which misplaces the condition); copies of one case are rejected in
-# provenance.py; no examples here, a model repeats them as rules
+# graphs/provenance.py; no examples here, a model repeats them as rules
 # (docs/decisions.md#reflection-prompt-rules-in-the-experts-words).
 REFLECT_SYSTEM = """You help an LLM judge learn the unwritten grading rules of a team of experts.
 The judge's task: {task}

@@ -1,6 +1,6 @@
 """The one place the benchmarks import the data-set loaders from.
 
-The data-set specs and loader live in `benchmarks/shared_data.py` (benchmark material, not
+The data-set specs and loader live in `shared_data` (benchmark material, not
 library code). Also: the shared data files by data set name, and the scenario folders
 (`../shared/scenarios/<name>`: train.jsonl with rationales, test.jsonl) as data sets.
 """
@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shared_data import DatasetSpec, dataset_spec, load_jsonl
-
 from langchain_memalign import Feedback, Scale
 from langchain_memalign.evaluation.agreement import ANNOTATOR_LABELS_KEY
+
+from .shared_data import DatasetSpec, dataset_spec, load_jsonl
 
 __all__ = [
     "DERIVED",

@@ -1,9 +1,10 @@
-"""One `align` or `unalign` run over a judge's memory: what the judge's methods do.
+"""One `align`, `unalign` or `calibrate` call on a judge's memory: one transaction, one report.
 
-`MemAlignJudge.align` validates the feedback and hands it here: sort it into added,
-changed and unchanged items, forget what changed items fed, batch what needs reflecting,
-run the alignment graph under the memory's write lock, and report. `unalign` removes
-feedback through the graph's forget step.
+The work is the graphs' (`graphs.align`): this runs the align or unalign graph inside
+one `JudgeMemory.atomic` unit, which holds the memory's write lock and, on a folder,
+makes the call one transaction (all or nothing); turns a failure into the
+documented `AlignFailedError`; and builds the report from the graph's final state
+and the guidelines before and after.
 """
 
 from __future__ import annotations
@@ -24,48 +25,26 @@ from langchain_memalign.errors import (
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.align import AlignNodes, AlignState
+from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
-from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.memory.calibration import MAX_LEVELS, calibrates
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
 from langchain_memalign.scale import Scale
 
 
-def mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
-    """Reflection batches that each hold every score present, as evenly as possible.
-
-    A rule's condition is learned from contrast: a batch of only failing cases invites
-    a rule that also catches the passing ones.
-    """
-    if len(items) <= size:
-        return [items] if items else []
-    by_value: dict[str, list[Feedback]] = {}
-    for fb in items:
-        by_value.setdefault(repr(fb.value), []).append(fb)
-    n = -(-len(items) // size)
-    batches: list[list[Feedback]] = [[] for _ in range(n)]
-    i = 0
-    for group in by_value.values():
-        for fb in group:
-            batches[i % n].append(fb)
-            i += 1
-    return batches
-
-
 class AlignmentRun:
-    """Runs `align` and `unalign` for one judge (see the module doc)."""
+    """Runs `align`, `unalign` and `calibrate` for one judge (see the module doc)."""
 
     def __init__(
         self,
         memory: JudgeMemory,
-        graph: CompiledStateGraph[AlignState, None, AlignState, AlignState],
-        nodes: AlignNodes,
+        align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState],
+        unalign_graph: CompiledStateGraph[UnalignState, None, UnalignState, UnalignState],
     ) -> None:
         self.memory = memory
-        self.graph = graph
-        self.nodes = nodes
+        self.align_graph = align_graph
+        self.unalign_graph = unalign_graph
 
     def align(
         self, items: list[Feedback], config: RunnableConfig, *, raise_on_failure: bool
@@ -81,56 +60,12 @@ class AlignmentRun:
         # cannot take its writer lock fails the call like any later step does.
         with _rolled_back_as_documented("align", mem.store.supports_atomic), mem.atomic():
             before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
-            known = mem.store.feedback_state(fb.id for fb in items)
-            added = [fb for fb in items if fb.id not in known]
-            updated = [
-                fb for fb in items if fb.id in known and known[fb.id][0] != fb.content_hash()
-            ]
-            same = [fb for fb in items if fb.id in known and known[fb.id][0] == fb.content_hash()]
-            # Same case, verdict and rationale but new metadata (or date): nothing to
-            # learn again, but the stored item takes the new fields.
-            stored = {
-                i: f.model_dump(mode="json")
-                for i, f in mem.store.get_feedback(fb.id for fb in same).items()
-            }
-            retagged = [fb for fb in same if stored.get(fb.id) != fb.model_dump(mode="json")]
-            unchanged = [fb for fb in same if fb not in retagged]
-            if retagged:
-                with mem.store.transaction() as conn:
-                    for fb in retagged:
-                        mem.store.put_feedback(conn, fb, reflected=known[fb.id][1])
-                    mem.store.log(conn, "retag", [fb.id for fb in retagged], [])
-                mem.refresh_guidelines()
-            usage = Usage()
-            errors: list[str] = []
-            if updated:
-                forgot = self.nodes.forget([fb.id for fb in updated], delete=False, config=config)
-                usage, errors = usage + forgot.usage, errors + forgot.errors
-            fresh = {fb.id for fb in added + updated}
-            pending = [i for i in mem.store.pending_reflection() if i not in fresh]
-            to_reflect = [fb for fb in added + updated if fb.rationale]
-            to_reflect += [fb for fb in mem.store.get_feedback(pending).values() if fb.rationale]
-            state: AlignState = {"to_store": added + updated, "to_reflect": to_reflect}
-            if mem.config.options.reflection.mode == "pairs" and to_reflect:
-                # Each item beside the most similar case graded otherwise; the vectors
-                # are the ones `merge` stores, embedded once.
-                texts = [mem.case_text(fb.inputs, fb.outputs) for fb in to_reflect]
-                vectors = mem.embed(texts, usage)
-                state["batches"] = contrast_groups(mem, to_reflect, vectors)
-                state["case_vectors"] = {
-                    fb.id: (mem.text_hash(t), v)
-                    for fb, t, v in zip(to_reflect, texts, vectors, strict=True)
-                }
-            else:
-                state["batches"] = mixed_batches(
-                    to_reflect, mem.config.options.reflection.batch_size
-                )
-            out = self.graph.invoke(state, config)
+            out = self.align_graph.invoke({"feedback": items}, config)
             after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
         report = AlignReport(
-            added=[fb.id for fb in added],
-            updated=[fb.id for fb in updated + retagged],
-            unchanged=[fb.id for fb in unchanged],
+            added=list(out.get("added") or []),
+            updated=list(out.get("updated") or []) + list(out.get("retagged") or []),
+            unchanged=list(out.get("unchanged") or []),
             guidelines_added=sorted(after.keys() - before.keys()),
             guidelines_removed=sorted(before.keys() - after.keys()),
             guidelines_updated=sorted(
@@ -140,8 +75,8 @@ class AlignmentRun:
             guidelines_rejected=list(out.get("rejected") or []),
             validation=list(out.get("validation") or []),
             calibration=out.get("calibration"),
-            errors=errors + list(out.get("errors") or []),
-            usage=usage + Usage.sum(out.get("usages") or []),
+            errors=list(out.get("errors") or []),
+            usage=Usage.sum(out.get("usages") or []),
             seconds=time.perf_counter() - started,
         )
         if report.failed and raise_on_failure:
@@ -151,6 +86,26 @@ class AlignmentRun:
                 report=report,
             )
         return report
+
+    def unalign(self, ids: list[str], config: RunnableConfig) -> UnalignReport:
+        """Remove feedback and everything derived from it (see `MemAlignJudge.unalign`)."""
+        started = time.perf_counter()
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return UnalignReport(seconds=time.perf_counter() - started)
+        mem = self.memory
+        # `atomic` holds the write lock; outside it, so that a database memory that
+        # cannot take its writer lock fails the call like any later step does.
+        with _rolled_back_as_documented("unalign", mem.store.supports_atomic), mem.atomic():
+            out = self.unalign_graph.invoke({"ids": ids}, config)
+        return UnalignReport(
+            removed=ids,
+            guidelines_removed=list(out.get("removed") or []),
+            guidelines_rederived=list(out.get("rederived") or []),
+            errors=list(out.get("errors") or []),
+            usage=out.get("usage") or Usage(),
+            seconds=time.perf_counter() - started,
+        )
 
     def calibrate(
         self, calibrator: ScoreCalibrator, ids: list[str] | None, config: RunnableConfig
@@ -174,30 +129,6 @@ class AlignmentRun:
             cases = [found[i] for i in wanted]
             report = calibrator.run(cases, config, max_calls=len(cases))
         return report or CalibrationReport(pairs=len(mem.calibration.pairs))
-
-    def unalign(self, ids: list[str], config: RunnableConfig) -> UnalignReport:
-        """Remove feedback and everything derived from it (see `MemAlignJudge.unalign`)."""
-        started = time.perf_counter()
-        ids = list(dict.fromkeys(ids))
-        if not ids:
-            return UnalignReport(seconds=time.perf_counter() - started)
-        mem = self.memory
-        # `atomic` holds the write lock; outside it, so that a database memory that
-        # cannot take its writer lock fails the call like any later step does.
-        with _rolled_back_as_documented("unalign", mem.store.supports_atomic), mem.atomic():
-            known = mem.store.feedback_state(ids)
-            missing = [i for i in ids if i not in known]
-            if missing:
-                raise UnknownFeedbackError(missing)
-            result = self.nodes.forget(ids, delete=True, config=config)
-        return UnalignReport(
-            removed=ids,
-            guidelines_removed=result.removed,
-            guidelines_rederived=result.rederived,
-            errors=result.errors,
-            usage=result.usage,
-            seconds=time.perf_counter() - started,
-        )
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_memalign import MalformedOutputError, Scale
-from langchain_memalign.graphs.structured import StructuredCaller
+from langchain_memalign.prompting.structured import StructuredCaller
 
 SCHEMA = Scale.of((1, 5)).verdict_schema()
 MSGS = [HumanMessage(content="grade this")]

@@ -3,8 +3,10 @@
 LangChain and LangGraph cache the callables they inspect (in `lru_cache`s).
 A bound method there would pin its object, and with it the judge's memory
 and FAISS index, long after the judge is dropped. Nodes are therefore plain
-functions that reach their object through a weak reference; the compiled
-graph holds the object itself.
+functions that reach their object through a weak reference, and the graph
+does not keep the object alive: whoever builds the graph owns the node
+object and keeps it while the graph is used (`MemAlignJudge` keeps the
+nodes of its graphs). A node whose object is gone raises `RuntimeError`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ def weak_node(method: Callable[..., Any]) -> Callable[..., Any]:
     def target() -> Callable[..., Any]:
         bound = ref()
         if bound is None:
-            raise RuntimeError(f"node {name!r} belongs to a judge that no longer exists")
+            raise RuntimeError(
+                f"node {name!r} belongs to a judge that no longer exists: keep the judge "
+                "while its graphs are used"
+            )
         return bound
 
     takes_config = "config" in inspect.signature(method).parameters

@@ -1,0 +1,83 @@
+"""The consolidation step of the align graph: overlapping guidelines merged by the model.
+
+Runs only when the guidelines outgrow their token budget
+(`options.reflection.guideline_token_budget`); the merged guideline keeps the union
+of its parts' provenance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END
+
+from langchain_memalign import limits
+from langchain_memalign._text import normalize
+from langchain_memalign.graphs.align_state import AlignState
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.semantic import Guideline, new_guideline_id, total_tokens
+from langchain_memalign.prompting.budget import shown_guidelines
+from langchain_memalign.prompting.prompts import consolidate_messages
+from langchain_memalign.prompting.schemas import Consolidation
+from langchain_memalign.prompting.structured import StructuredCaller
+from langchain_memalign.reports import Usage
+
+
+class ConsolidateStep:
+    """The consolidation nodes of `AlignNodes` (see the module doc)."""
+
+    memory: JudgeMemory
+    consolidator: StructuredCaller[Consolidation]
+
+    def route_consolidation(self, state: AlignState) -> str:
+        """Consolidate only when the guidelines outgrow their token budget."""
+        budget = self.memory.config.options.reflection.guideline_token_budget
+        over = total_tokens(self.memory.guidelines) > budget
+        return "consolidate" if over else END
+
+    def consolidate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """Merge overlapping guidelines with the model, keeping the union of their provenance."""
+        mem = self.memory
+        cfg = mem.config
+        # Past the prompt budget, this consolidation merges the guidelines that fit;
+        # the next one (still over the guideline budget) takes the rest.
+        guidelines = shown_guidelines(list(mem.guidelines), limits.prompt_budget_chars() // 2)
+        max_words = max(30, int(cfg.options.reflection.guideline_token_budget * 0.45))
+        try:
+            out, usage = self.consolidator.invoke(
+                consolidate_messages(cfg.instructions, guidelines, max_words), config
+            )
+        except Exception as e:
+            # The memory stays valid (only larger); judgments still fit the budget
+            # because they select the most relevant guidelines.
+            return {
+                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
+                "errors": [f"consolidation failed, guidelines kept as they were: {e}"],
+            }
+        by_id = {g.id: g for g in guidelines}
+        replaced: set[str] = set()
+        created: list[Guideline] = []
+        for item in out.guidelines:
+            ids = [i for i in dict.fromkeys(item.merged_from) if i in by_id and i not in replaced]
+            text = " ".join(item.text.split())
+            if not ids or not text:
+                continue
+            if len(ids) == 1 and normalize(text) == normalize(by_id[ids[0]].text):
+                continue
+            sources = list(dict.fromkeys(s for i in ids for s in by_id[i].source_ids))
+            created.append(Guideline(id=new_guideline_id(), text=text, source_ids=tuple(sources)))
+            replaced.update(ids)
+        if not created:
+            return {"usages": [usage]}
+        vectors = mem.embed([g.text for g in created], usage)
+        with mem.write() as w:
+            position = w.next_position()
+            w.delete_guidelines(replaced)
+            for i, g in enumerate(created):
+                w.put_guideline(g, vectors[i], position + i)
+            w.log(
+                "consolidate", [s for g in created for s in g.source_ids],
+                sorted(replaced) + [g.id for g in created],
+            )  # fmt: skip
+        return {"usages": [usage]}
