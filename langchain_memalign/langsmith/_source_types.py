@@ -182,12 +182,14 @@ def _resolve_conflicts(
     reviews: Sequence[_Review],
     policy: ConflictPolicy,
     finals: Mapping[str, Any] | None = None,
+    replaced: dict[str, str] | None = None,
 ) -> tuple[set[str], list[Conflict]]:
     """The LangSmith feedback ids kept under `policy`, and the conflicts found.
 
     `finals` holds, by run, the final answer a review team set on a disputed key: only
     the reviews giving it are kept, whatever the policy. A run whose dispute is
-    `UNRESOLVED` keeps none of its reviews until the team decides.
+    `UNRESOLVED` keeps none of its reviews until the team decides. Reviews a later one of
+    the same annotator replaced are added to `replaced`, with the reason.
     """
     finals = finals or {}
     by_run: dict[str, list[_Review]] = {}
@@ -203,6 +205,14 @@ def _resolve_conflicts(
             if r.annotator is None:
                 current.append(r)
             else:
+                earlier = latest.get((r.annotator, r.kind))
+                if earlier is not None and replaced is not None:
+                    # Said, not silent: reviews posted by a script under one API key all
+                    # carry that key's user, and only the latest of them counts.
+                    replaced[earlier.langsmith_id] = (
+                        f"replaced by a later {r.kind} of {r.annotator!r} on the same run "
+                        f"({r.langsmith_id})"
+                    )
                 latest[(r.annotator, r.kind)] = r
         current += latest.values()
         current.sort(key=lambda r: r.at)

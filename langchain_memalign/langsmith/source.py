@@ -201,7 +201,9 @@ class LangSmithFeedbackSource(_SourceReader):
                     else ([], {})
                 )
                 in_scope = changed.__contains__
-            kept, conflicts = _resolve_conflicts(reviews, self.conflicts, self.run_finals)
+            kept, conflicts = _resolve_conflicts(
+                reviews, self.conflicts, self.run_finals, replaced=skipped
+            )
             present = {r.langsmith_id for r in reviews} | set(skipped)
             candidate_ids = [r.feedback_id for r in reviews] + [
                 e["id"] for e in entries.values() if e.get("id")

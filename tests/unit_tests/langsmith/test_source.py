@@ -656,3 +656,20 @@ async def test_async_sync(
     lsid = human(server, add_run(server, project, 0), 1, "alice")
     report = await LangSmithFeedbackSource(client, project="prod").async_sync(judge)
     assert report.aligned == [fid(lsid)]
+
+
+def test_reviews_replaced_by_a_later_one_of_the_same_annotator_are_reported(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+) -> None:
+    run = add_run(server, project, 0)
+    # A script posting two reviewers' verdicts through one API key: the service stamps
+    # both with that key's user, so they are one annotator's review and its revision.
+    first = client.create_feedback(run["id"], KEY, score=0, comment="Too cold.")
+    second = client.create_feedback(run["id"], KEY, score=1, comment="Fine by me.")
+    report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    assert report.added == [fid(str(second.id))]
+    assert "replaced by a later review of" in report.skipped[str(first.id)]
+    assert str(second.id) in report.skipped[str(first.id)]
