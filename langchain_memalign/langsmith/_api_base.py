@@ -69,6 +69,12 @@ RunRef = str | uuid.UUID | ls_schemas.Run | RunRecord
 """A run: its id, a `langsmith.schemas.Run`, or a `RunRecord`."""
 
 
+# The service counts requests in a 60 s window: a rate limit that outlasts the client's own
+# retries is waited out this long, this many times, before the error is the caller's.
+RATE_LIMIT_PAUSE = 60.0
+RATE_LIMIT_RETRIES = 2
+
+
 def run_id_of(run: RunRef) -> str:
     """The canonical id of a run reference, or `ValueError`."""
     raw = run.id if isinstance(run, ls_schemas.Run | RunRecord) else run

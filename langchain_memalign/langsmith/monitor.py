@@ -28,6 +28,7 @@ from langsmith import utils as ls_utils
 from pydantic import BaseModel, Field
 
 from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
 from langchain_memalign.langsmith._fields import MISSING, distance, read_label
 from langchain_memalign.langsmith._source_types import SyncReport
@@ -36,9 +37,6 @@ from langchain_memalign.langsmith.queue import JudgeAnnotationQueue
 from langchain_memalign.langsmith.source import FeedbackMapping
 
 __all__ = ["JudgeMonitor", "MonitorCycle", "ReviewAgreement"]
-
-# The service's rate-limit window: a cycle cut short by a 429 waits this long.
-RATE_LIMIT_PAUSE = 60.0
 
 
 class ReviewAgreement(BaseModel):
@@ -185,7 +183,7 @@ class JudgeMonitor:
                 on_cycle(cycle)
             if cycles is not None and done >= cycles:
                 return
-            pause = max(interval, RATE_LIMIT_PAUSE) if cycle.rate_limited else interval
+            pause = max(interval, _api_base.RATE_LIMIT_PAUSE) if cycle.rate_limited else interval
             time.sleep(max(0.0, pause - (0.0 if cycle.rate_limited else cycle.seconds)))
 
     # -- steps -----------------------------------------------------------------------------

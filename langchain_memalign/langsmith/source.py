@@ -25,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langsmith import Client
+from langsmith import utils as ls_utils
 
 from langchain_memalign.judge import MemAlignJudge
+from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRef, as_uuid_str, run_id_of
 from langchain_memalign.langsmith._source_reading import _SourceReader
 from langchain_memalign.langsmith._source_types import (
@@ -162,7 +164,8 @@ class LangSmithFeedbackSource(_SourceReader):
         ids are `langsmith:<LangSmith feedback id>`: a modified review replaces
         its episode. Work is done `batch_size` items at a time and the state is
         saved after each step, so a sync that fails (the server keeps failing)
-        resumes where it stopped, without duplicates.
+        resumes where it stopped, without duplicates. A rate limit that outlasts the
+        client's own retries pauses for the service's window and resumes, twice at most.
 
         On a project or experiment, syncs after the first are incremental: they
         read only the runs whose feedback changed (feedback created since the last
@@ -174,6 +177,16 @@ class LangSmithFeedbackSource(_SourceReader):
         mapping changed, and every sync where runs are read through v1 (no listing
         there bounds modification times).
         """
+        for attempt in range(_api_base.RATE_LIMIT_RETRIES + 1):
+            try:
+                return self._sync_once(judge, full=full)
+            except ls_utils.LangSmithRateLimitError:
+                if attempt == _api_base.RATE_LIMIT_RETRIES:
+                    raise
+                time.sleep(_api_base.RATE_LIMIT_PAUSE)
+        raise AssertionError("unreachable")
+
+    def _sync_once(self, judge: MemAlignJudge, *, full: bool | None) -> SyncReport:
         started = time.perf_counter()
         key = self.key or judge.config.name
         if self.scale is not None and self.scale != judge.scale:

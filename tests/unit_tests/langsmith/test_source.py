@@ -673,3 +673,27 @@ def test_reviews_replaced_by_a_later_one_of_the_same_annotator_are_reported(
     assert report.added == [fid(str(second.id))]
     assert "replaced by a later review of" in report.skipped[str(first.id)]
     assert str(second.id) in report.skipped[str(first.id)]
+
+
+def test_a_rate_limit_that_outlasts_the_clients_retries_is_waited_out(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_memalign.langsmith import _api_base
+
+    waits: list[float] = []
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.01)
+    monkeypatch.setattr("time.sleep", lambda s: waits.append(s))
+    review = human(server, add_run(server, project, 0), 0, "alice", comment="Cold.")
+    # More 429s in a row than the client retries: the first listing fails outright.
+    server.inject_failure("/feedback", status=429, method="GET", times=8)
+    report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    assert report.added == [fid(review)]
+    assert 0.01 in waits
+    # A rate limit that never ends is the caller's error, after the last pause.
+    server.inject_failure("/feedback", status=429, method="GET", times=1000)
+    with pytest.raises(ls_utils.LangSmithRateLimitError):
+        LangSmithFeedbackSource(client, project="prod").sync(judge, full=True)
