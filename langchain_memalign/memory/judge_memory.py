@@ -94,7 +94,8 @@ class JudgeMemory(PublishingMemory):
                 store.set_meta("config", config.model_dump(mode="json"))
                 store.set_meta("embeddings", embeddings_fingerprint(embeddings))
             else:
-                _check_identity(_stored_config(stored, folder), config, folder)
+                where = store.describe()
+                _check_identity(_stored_config(stored, where), config, where)
                 store.set_meta("config", config.model_dump(mode="json"))
             memory = cls(store, embeddings, config)
             memory._check_embeddings()
@@ -114,12 +115,13 @@ class JudgeMemory(PublishingMemory):
         store = open_store(folder, create=False)
         try:
             stored = store.get_meta("config")
+            where = store.describe()  # a URL without its credentials
             if stored is None:
-                raise MemoryFormatError(f"{folder}: memory has no judge configuration")
-            old = _stored_config(stored, folder)
+                raise MemoryFormatError(f"{where}: memory has no judge configuration")
+            old = _stored_config(stored, where)
             config = JudgeConfig.model_validate(config_with_overrides(stored, overrides))
             check_config_bounds(config.model_dump(mode="json"), where=None)
-            _check_identity(old, config, folder)
+            _check_identity(old, config, where)
             memory = cls(store, embeddings, config)
             memory._check_embeddings()
             memory.reload()
