@@ -92,6 +92,7 @@ class PostgresBase(Store):
 
     # Other processes and machines write the same judge.
     shared = True
+    stores_nul = False
 
     def __init__(self, target: PostgresTarget) -> None:
         psycopg, psycopg_pool = _psycopg()

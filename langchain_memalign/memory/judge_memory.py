@@ -217,16 +217,39 @@ class JudgeMemory(PublishingMemory):
         return truncate(text, self.config.options.retrieval.embed_max_chars) or "(empty)"
 
     def embed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
-        """Embed texts in one call."""
+        """Embed texts in one call (`EmbeddingMismatchError`: not the memory's dimension)."""
         vectors = self.embeddings.embed_documents(list(texts))
         self._count(usage, len(texts))
-        return as_matrix(vectors)
+        return self._check_dimension(as_matrix(vectors))
 
     async def aembed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
         """Async twin of `embed`."""
         vectors = await self.embeddings.aembed_documents(list(texts))
         self._count(usage, len(texts))
-        return as_matrix(vectors)
+        return self._check_dimension(as_matrix(vectors))
+
+    def dimension(self, view: MemoryView | None = None) -> int | None:
+        """The dimension of this memory's vectors, or None while it holds none."""
+        view = view or self._view
+        if view.index.dim is not None:
+            return int(view.index.dim)
+        vectors = view.guideline_vectors
+        if vectors is not None and vectors.ndim == 2 and vectors.shape[0]:
+            return int(vectors.shape[1])
+        return None
+
+    def _check_dimension(self, vectors: np.ndarray) -> np.ndarray:
+        # A memory that does not name its embedding model (`meta.embeddings`) is
+        # opened with any: the first vector of another size is where that shows.
+        dim = self.dimension()
+        if vectors.size and dim is not None and vectors.shape[1] != dim:
+            raise EmbeddingMismatchError(
+                f"{self.store.describe()}: this memory's vectors have {dim} dimensions, but "
+                f"the embedding model {embeddings_fingerprint(self.embeddings)!r} returns "
+                f"{vectors.shape[1]}: it is not the model the memory was built with. Open it "
+                "with the original embedding model."
+            )
+        return vectors
 
     def _count(self, usage: Usage | None, n: int) -> None:
         with self._embedding_lock:
