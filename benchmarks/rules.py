@@ -513,8 +513,9 @@ def _option(text: str, ap: argparse.ArgumentParser) -> tuple[str, Any]:
 
 def merge_results(paths: list[Path], out: Path) -> dict[str, Any]:
     """One result file from several runs on the same data (e.g. systems run in separate
-    processes): a system's runs are renumbered as repeats in the order given, and every
-    file's invocations (commit, models, machine) are kept."""
+    processes): a system's runs are renumbered as repeats in the order given, a run on
+    other domains than its system's last repeat completes that repeat, and every file's
+    invocations (commit, models, machine) are kept."""
     merged: dict[str, Any] = {}
     for path in paths:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -527,7 +528,11 @@ def merge_results(paths: list[Path], out: Path) -> dict[str, Any]:
         for run, domains in data["runs"].items():
             system = run.split("#")[0]
             repeat = sum(r.split("#")[0] == system for r in merged["runs"])
-            merged["runs"][f"{system}#{repeat}"] = domains
+            last = merged["runs"].get(f"{system}#{repeat - 1}")
+            if last is not None and not set(last) & set(domains):
+                last.update(domains)  # the same repeat, measured domain by domain
+            else:
+                merged["runs"][f"{system}#{repeat}"] = domains
     merged.pop("summary", None)
     merged["summary"] = summarize(merged)
     out.write_text(json.dumps(merged, indent=1, default=str), encoding="utf-8")

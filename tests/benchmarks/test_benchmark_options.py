@@ -72,3 +72,21 @@ def test_a_rules_ablation_command_line_reaches_the_judge() -> None:
     assert options.validation.require_fix is True
     assert options.retrieval.reuse_expert_verdicts is False
     judge.close()
+
+
+def test_rules_merge_joins_domains_of_one_repeat_and_keeps_repeats_apart(tmp_path: Path) -> None:
+    import json
+
+    def result(name: str, runs: dict[str, dict[str, Any]]) -> Path:
+        path = tmp_path / name
+        path.write_text(json.dumps({"data_sha256": "x", "invocations": [], "runs": runs}))
+        return path
+
+    entry = {"test": [], "seen": []}
+    first = result("a.json", {"ours_oracle#0": {"medication": entry}})
+    second = result("b.json", {"ours_oracle#0": {"contracts": entry}})
+    again = result("c.json", {"ours_oracle#0": {"medication": entry}})
+    merged = rules.merge_results([first, second, again], tmp_path / "m.json")
+    assert sorted(merged["runs"]) == ["ours_oracle#0", "ours_oracle#1"]
+    assert sorted(merged["runs"]["ours_oracle#0"]) == ["contracts", "medication"]
+    assert sorted(merged["runs"]["ours_oracle#1"]) == ["medication"]
