@@ -21,6 +21,7 @@ from langchain_memalign.errors import (
     AlignFailedError,
     EmbeddingMismatchError,
     InvalidFeedbackError,
+    InvalidRuleError,
     LimitExceededError,
     MalformedOutputError,
     MemAlignError,
@@ -28,6 +29,7 @@ from langchain_memalign.errors import (
     MemoryUnavailableError,
     ReflectionError,
     UnknownFeedbackError,
+    UnknownRuleError,
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
@@ -35,6 +37,7 @@ from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
 from langchain_memalign.result import JudgeResult
+from langchain_memalign.rules import RejectedRule, Rule, Rulebook, RuleChange
 from langchain_memalign.scale import Scale
 
 if TYPE_CHECKING:
@@ -52,6 +55,7 @@ __all__ = [
     "Feedback",
     "Guideline",
     "InvalidFeedbackError",
+    "InvalidRuleError",
     "JudgeConfig",
     "JudgeOptions",
     "JudgeResult",
@@ -64,11 +68,16 @@ __all__ = [
     "PromptOptions",
     "ReflectionError",
     "ReflectionOptions",
+    "RejectedRule",
     "RetrievalOptions",
+    "Rule",
+    "RuleChange",
+    "Rulebook",
     "Scale",
     "SelfCritique",
     "UnalignReport",
     "UnknownFeedbackError",
+    "UnknownRuleError",
     "Usage",
     "ValidationOptions",
 ]
