@@ -1,7 +1,8 @@
 """The steps around the judge graph in `MemAlignJudge`'s chain.
 
-`PrepareCases` validates the judge's inputs and embeds every case of a batch
-in one call (the graph would embed them one by one); `TakeResult` turns the
+`PrepareCases` validates the judge's inputs (a case: `inputs`, `outputs`,
+`reference_outputs`, nothing of the graph's state) and embeds every case of
+a batch in one call (the graph would embed them one by one); `TakeResult` turns the
 graph's final state into a `JudgeResult`.
 """
 
@@ -11,6 +12,7 @@ from typing import Any, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from langchain_memalign.errors import InvalidJudgeInputError
 from langchain_memalign.graphs.judge import JudgeState
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.result import JudgeResult, to_result
@@ -75,24 +77,28 @@ class PrepareCases(Runnable[dict[str, Any], JudgeState]):
     @staticmethod
     def _state(input: Any) -> JudgeState:
         if not isinstance(input, dict) or "inputs" not in input:
-            raise TypeError(
+            raise InvalidJudgeInputError(
                 "a judge takes a dict with an 'inputs' key (and optionally 'outputs' and "
                 f"'reference_outputs'), got {type(input).__name__}"
             )
-        unknown = set(input) - {*CASE_KEYS, "query_vector"}
+        # Only the case: the graph's own state (`query_vector`, `memory_seq`,
+        # `guidelines`, `episodes`, `result`) is computed by the judge. A caller's
+        # vector or guidelines would steer what the judge retrieves and reads.
+        unknown = set(input) - set(CASE_KEYS)
         if unknown:
-            raise TypeError(f"unexpected judge input keys: {sorted(unknown)}")
-        state = {k: input.get(k) for k in CASE_KEYS}
-        if "query_vector" in input:  # precomputed by a caller that embedded a batch
-            state["query_vector"] = input["query_vector"]
-        return cast(JudgeState, state)
+            shown = sorted(str(k)[:40] for k in unknown)[:5]
+            raise InvalidJudgeInputError(
+                f"unexpected judge input keys: {shown}; a judge takes "
+                "'inputs', 'outputs' and 'reference_outputs' only"
+            )
+        return cast(JudgeState, {k: input.get(k) for k in CASE_KEYS})
 
     def _states(self, inputs: list[dict[str, Any]], return_exceptions: bool) -> list[Any]:
         states: list[Any] = []
         for i in inputs:
             try:
                 states.append(self._state(i))
-            except TypeError as e:
+            except InvalidJudgeInputError as e:
                 if not return_exceptions:
                     raise
                 states.append(e)  # the sequence skips failed items in later steps

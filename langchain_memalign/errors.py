@@ -42,6 +42,53 @@ class UnknownFeedbackError(MemAlignError, KeyError):
         return str(self.args[0])
 
 
+class InvalidFeedbackIdError(UnknownFeedbackError, ValueError):
+    """An id no feedback can have, given to `get_feedback`, `unalign` or `calibrate`.
+
+    Not a string, text that is not valid Unicode (a lone surrogate), longer
+    than `limits.MAX_ID_CHARS`, or, on a PostgreSQL memory, holding a NUL
+    character (PostgreSQL text cannot): `align` never stores such an id, so
+    no memory holds it. Raised before the memory is read; nothing changes.
+    Also an `UnknownFeedbackError` (code that handles unknown ids handles
+    these) and a `ValueError`. `ids` are the offending ids as given, `reasons`
+    what is wrong with each.
+    """
+
+    def __init__(self, problems: list[tuple[Any, str]]) -> None:
+        """`problems`: each offending id with why no feedback can have it."""
+        super().__init__([])
+        self.ids = [fid for fid, _ in problems]
+        self.reasons = [why for _, why in problems]
+        shown = "; ".join(f"{_short(fid)}: {why}" for fid, why in problems[:5])
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        self.args = (f"invalid feedback id(s), which no memory holds: {shown}{more}",)
+
+
+def _short(value: Any) -> str:
+    """`repr(value)`, cut to 80 characters: an id may be megabytes long."""
+    text = repr(value) if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class InvalidJudgeInputError(MemAlignError, TypeError, ValueError):
+    """A judgment's input is not a case the judge takes.
+
+    From `invoke`, `batch`, `judge(...)` and their async twins: an input that
+    is not a dict with an `"inputs"` key, or that has a key other than
+    `"inputs"`, `"outputs"` and `"reference_outputs"`. The judge graph's own
+    state (`query_vector`, `memory_seq`, `guidelines`, `episodes`, `result`)
+    is refused there: it is computed by the judge, never taken from a caller.
+
+    From the judge graph itself (`judge.graph`, used as a subgraph of your
+    own graph, where the state may carry a precomputed `query_vector`): a
+    `query_vector` that is not a flat list (or array) of finite numbers with
+    the memory's dimension. Nothing is embedded, retrieved or asked of a model.
+
+    Both a `TypeError` (as earlier versions raised for a malformed input) and
+    a `ValueError`.
+    """
+
+
 class MalformedOutputError(MemAlignError, ValueError):
     """The model kept returning output that does not match the expected schema."""
 
@@ -131,7 +178,15 @@ class MemoryUnavailableError(MemAlignError, ConnectionError):
 
 
 class EmbeddingMismatchError(MemAlignError):
-    """A memory is opened with a different embedding model than it was built with."""
+    """A memory is opened with a different embedding model than it was built with.
+
+    Raised on opening when the memory names its embedding model
+    (`meta.embeddings`) and the one given is another. A memory that does not
+    name it (written by an early version, or by hand) is opened; the first
+    embedding whose dimension differs from the stored vectors' (in a judgment
+    or an `align`) raises this error, naming both dimensions, before anything
+    is retrieved or stored.
+    """
 
 
 class FeedbackConfigMismatchError(MemAlignError, ValueError):
@@ -164,7 +219,8 @@ class UnknownRuleError(MemAlignError, KeyError):
 class InvalidRuleError(MemAlignError, ValueError):
     """A rulebook action was refused: the message says why, and nothing changed.
 
-    Empty text or author, a text over `limits.MAX_GUIDELINE_CHARS`, a text that
+    Empty text or author, text with a NUL character or a lone surrogate (no
+    backend stores it unchanged), a text over `limits.MAX_GUIDELINE_CHARS`, a text that
     another rule already states, an edit that changes nothing, rejecting without
     a reason, rejecting a pinned rule (unpin it first), or a memory already at
     `limits.MAX_GUIDELINES`.

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticSerializationError, to_json
 
+from langchain_memalign import limits
 from langchain_memalign._text import stable_hash
 
 
@@ -108,4 +109,24 @@ def storable_problem(value: Any, depth: int = 0) -> str | None:
         to_json(value)
     except (PydanticSerializationError, ValueError, TypeError, RecursionError):
         return f"holds a {type(value).__name__} that cannot be stored as JSON"
+    return None
+
+
+def id_problem(fid: object, *, nul_ok: bool = True) -> str | None:
+    """Why no stored feedback can have the id `fid`, or None if one can.
+
+    `align` refuses such ids (pydantic's validation, `limits.check_feedback`),
+    so a lookup or removal of one is answered without reading the memory.
+    `nul_ok`: whether the memory's text may hold NUL (PostgreSQL's cannot).
+    """
+    if not isinstance(fid, str):
+        return f"not a string but a {type(fid).__name__}"
+    if not fid.strip():
+        return "empty"
+    if len(fid) > limits.MAX_ID_CHARS:
+        return f"{len(fid):,} characters, over limits.MAX_ID_CHARS ({limits.MAX_ID_CHARS:,})"
+    if storable_problem(fid):
+        return "not valid Unicode (a lone surrogate)"
+    if not nul_ok and "\x00" in fid:
+        return "holds a NUL character, which PostgreSQL text cannot hold"
     return None

@@ -23,9 +23,10 @@ from langchain_memalign.chain_steps import PrepareCases, TakeResult
 from langchain_memalign.config import JudgeConfig, JudgeOptions
 from langchain_memalign.errors import (
     InvalidFeedbackError,
+    InvalidFeedbackIdError,
     UnknownFeedbackError,
 )
-from langchain_memalign.feedback import Feedback
+from langchain_memalign.feedback import Feedback, id_problem
 from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
@@ -230,11 +231,23 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         return self.memory.store.feedback_ids()
 
     def get_feedback(self, feedback_id: str) -> Feedback:
-        """A stored feedback item, or `UnknownFeedbackError`."""
+        """A stored feedback item, or `UnknownFeedbackError`.
+
+        An id no feedback can have (not a string, a lone surrogate, ...) raises
+        `InvalidFeedbackIdError`, an `UnknownFeedbackError` too.
+        """
+        self._check_ids([feedback_id])
         found = self.memory.store.get_feedback([feedback_id])
         if feedback_id not in found:
             raise UnknownFeedbackError([feedback_id])
         return found[feedback_id]
+
+    def _check_ids(self, ids: Sequence[Any]) -> None:
+        """Refuse ids no feedback can have before the memory is read (`feedback.id_problem`)."""
+        nul_ok = self.memory.store.stores_nul
+        problems = [(i, why) for i in ids if (why := id_problem(i, nul_ok=nul_ok))]
+        if problems:
+            raise InvalidFeedbackIdError(problems)
 
     def history(self) -> list[dict[str, Any]]:
         """Every change to the memory, with the feedback ids that caused it."""
@@ -429,14 +442,20 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
         Raises:
             UnknownFeedbackError: some ids are not in the memory (nothing is removed).
+            InvalidFeedbackIdError: some ids are ids no feedback can have (not
+                strings, lone surrogates, ...; an `UnknownFeedbackError` too).
             AlignFailedError: the call failed part-way (a provider error, most
                 often) and was rolled back: the memory is unchanged.
             TypeError: `ids` is a single string (`unalign("f1")` would otherwise
-                mean the ids `"f"` and `"1"`): pass `["f1"]`.
+                mean the ids `"f"` and `"1"`): pass `["f1"]`; or not a list at all.
         """
         if isinstance(ids, str):
             raise TypeError(f"unalign takes a list of feedback ids, not a string: [{ids!r}]")
-        return self._run.unalign(list(ids), ensure_config(config))
+        if isinstance(ids, bytes) or not isinstance(ids, Iterable):
+            raise TypeError(f"unalign takes a list of feedback ids, not a {type(ids).__name__}")
+        ids = list(ids)
+        self._check_ids(ids)
+        return self._run.unalign(ids, ensure_config(config))
 
     async def aunalign(
         self, ids: Sequence[str], config: RunnableConfig | None = None
@@ -461,13 +480,17 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             ValueError: the judge's scale is not calibrated (not an integer scale of up
                 to 11 values), or `options.calibration.enabled` is off.
             UnknownFeedbackError: some ids are not in the memory (nothing is graded).
+            InvalidFeedbackIdError: some ids are ids no feedback can have.
             AlignFailedError: the call failed part-way and was rolled back.
         """
         if isinstance(feedback_ids, str):
             raise TypeError(
                 f"calibrate takes a list of feedback ids, not a string: [{feedback_ids!r}]"
             )
-        ids = None if feedback_ids is None else list(dict.fromkeys(feedback_ids))
+        ids = None if feedback_ids is None else list(feedback_ids)
+        if ids is not None:
+            self._check_ids(ids)
+            ids = list(dict.fromkeys(ids))
         return self._run.calibrate(self._calibrator, ids, ensure_config(config))
 
     # -- persistence --------------------------------------------------------------------------

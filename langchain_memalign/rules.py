@@ -70,7 +70,21 @@ def _clean(value: str, what: str, rule_id: str | None = None) -> str:
     text = " ".join(value.split())
     if not text:
         raise InvalidRuleError(f"the {what} is empty", rule_id=rule_id)
+    # Both backends must store it unchanged: PostgreSQL's text holds no NUL, and no
+    # backend stores a lone surrogate.
+    if "\x00" in text or _unencodable(text):
+        raise InvalidRuleError(
+            f"the {what} holds a NUL character or a lone surrogate", rule_id=rule_id
+        )
     return text
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class Rulebook:

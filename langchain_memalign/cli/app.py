@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from langchain_memalign._redact import redact
 from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo
 from langchain_memalign.cli.judge_file import (
@@ -48,10 +49,10 @@ def main(argv: Sequence[str] | None = None, *, models: ModelFactory | None = Non
         code: int = args.func(ctx)
         return code
     except CLIError as e:
-        echo(f"memalign: error: {e}", file=sys.stderr)
+        echo(f"memalign: error: {_redacted(ctx, str(e))}", file=sys.stderr)
         return e.code
     except (InvalidFeedbackError, UnknownFeedbackError, MemoryFormatError) as e:
-        echo(f"memalign: error: {e}", file=sys.stderr)
+        echo(f"memalign: error: {_redacted(ctx, str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         echo("memalign: interrupted", file=sys.stderr)
@@ -61,7 +62,12 @@ def main(argv: Sequence[str] | None = None, *, models: ModelFactory | None = Non
             raise
         what = ctx.explain(e) if ctx is not None else f"{type(e).__name__}: {e}"
         echo(
-            f"memalign: error: {what}\n(run again with --debug for a traceback)",
+            f"memalign: error: {_redacted(ctx, what)}\n(run again with --debug for a traceback)",
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+
+def _redacted(ctx: Context | None, text: str) -> str:
+    """An error's text without credentials: of any URL in it, and of the memory's URL."""
+    return ctx.redact(text) if ctx is not None else redact(text)

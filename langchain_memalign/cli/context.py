@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from langchain_memalign._redact import redact
 from langchain_memalign.cli.judge_file import (
     CLIError,
     JudgeFile,
@@ -46,6 +47,13 @@ class Context:
             given = str(self.args.memory)
             return given if is_postgres_url(given) else Path(given)
         return self.cfg.memory_path()
+
+    def redact(self, text: str) -> str:
+        """`text` without credentials, those of the memory's URL included."""
+        sources = [str(getattr(self.args, "memory", None) or "")]
+        if self._cfg is not None:
+            sources.append(str(self._cfg.memory or ""))
+        return redact(text, *(s for s in sources if s))
 
     def progress(self, total: int, label: str) -> Progress:
         """A progress bar as `--progress` asks."""
@@ -94,7 +102,7 @@ class Context:
         models = self._models
         if models is None:
             return "the models were not built"
-        chat, emb = endpoint(models.chat), endpoint(models.embeddings)
+        chat, emb = redact(endpoint(models.chat)), redact(endpoint(models.embeddings))
         if chat == emb:
             return f"model server: {chat}"
         return f"chat model at {chat}, embeddings at {emb}"

@@ -6,7 +6,8 @@
 - `validate`: new guidelines graded on seen cases; `calibrate`: seen cases graded for
   score calibration; `seen_cases`: grading a seen case as unseen, for both;
 - `pairs`: contrast pairs for reflection; `provenance`: checks on proposals;
-  `injection`: graded text that addresses the grader;
+  `injection`: graded text that addresses the grader; `query_vector`: the check of a
+  vector a parent graph puts in the judge graph's state;
 - `_weak`: nodes that do not keep their judge alive.
 
 What the graphs send to a model is in `langchain_memalign.prompting`; the runs around

@@ -25,8 +25,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langchain_memalign._text import render, tidy_rationale
 from langchain_memalign.graphs._weak import weak_runnable
 from langchain_memalign.graphs.injection import grader_directed
+from langchain_memalign.graphs.query_vector import check_query_vector
 from langchain_memalign.memory.episodic import Episode
-from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.judge_memory import JudgeMemory, MemoryView
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.prompts import (
     SEPARATE_SCALE,
@@ -131,9 +132,13 @@ class JudgeNodes:
     # embed_case: nothing to embed when the memory has nothing to retrieve, so an
     # unaligned judge makes no embedding call at all.
     def embed_case(self, state: JudgeState) -> dict[str, Any]:
-        """Pin the memory version to read; embed the case unless given or not needed."""
+        """Pin the memory version to read; embed the case unless given or not needed.
+
+        A given `query_vector` (a parent graph's) is checked first (`check_query_vector`).
+        """
         view = self.memory.snapshot()
         out: dict[str, Any] = {"memory_seq": view.seq}
+        self._check_given_vector(state, view)
         if state.get("query_vector") is None and self.memory.needs_query_vector(view):
             text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
             out["query_vector"] = self.memory.embed([text])[0].tolist()
@@ -149,10 +154,16 @@ class JudgeNodes:
             else self.memory.snapshot()
         )
         out: dict[str, Any] = {"memory_seq": view.seq}
+        self._check_given_vector(state, view)
         if state.get("query_vector") is None and self.memory.needs_query_vector(view):
             text = self.memory.case_text(state.get("inputs"), state.get("outputs"))
             out["query_vector"] = (await self.memory.aembed([text]))[0].tolist()
         return out
+
+    def _check_given_vector(self, state: JudgeState, view: MemoryView) -> None:
+        vector = state.get("query_vector")
+        if vector is not None:
+            check_query_vector(vector, self.memory.dimension(view))
 
     def load_guidelines(self, state: JudgeState) -> dict[str, Any]:
         """All guidelines, or the most relevant ones when they exceed the token budget."""

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from langchain_memalign._redact import redact_logs
 from langchain_memalign.errors import MemoryFormatError, MemoryUnavailableError
 from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
 from langchain_memalign.memory._store_base import SCHEMA_VERSION
@@ -67,11 +68,31 @@ def _refused_by_server(error: BaseException | None) -> bool:
     return "FATAL:" in text and "the database system is" not in text
 
 
+def safe_cause(cause: BaseException, target: PostgresTarget) -> BaseException | None:
+    """`cause`, to chain an error to, unless a credential of `target` is in its chain.
+
+    A traceback prints every exception of the chain: a driver's error that
+    quotes the URL would show its password there, even with our own message
+    redacted. Such a cause is not chained (`raise ... from None`; our message
+    says what it said, redacted); a clean one is kept for code that inspects it.
+    """
+    seen: BaseException | None = cause
+    for _ in range(16):  # a chain, not a cycle
+        if seen is None:
+            break
+        text = f"{seen}{seen.args!r}"
+        if target.redact(text) != text:
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return cause
+
+
 class PostgresBase(Store):
     """Connections, transactions, locks and meta values of one judge's memory in PostgreSQL."""
 
     # Other processes and machines write the same judge.
     shared = True
+    stores_nul = False
 
     def __init__(self, target: PostgresTarget) -> None:
         psycopg, psycopg_pool = _psycopg()
@@ -80,6 +101,9 @@ class PostgresBase(Store):
         self.judge = target.judge
         self.staleness = target.staleness
         self._local = threading.local()
+        # psycopg's pool logs each failed connection attempt with libpq's message,
+        # which may quote a piece of the URL.
+        redact_logs(("psycopg", "psycopg.pool"), target.conninfo)
         try:
             self._pool = psycopg_pool.ConnectionPool(
                 target.conninfo,
@@ -98,16 +122,18 @@ class PostgresBase(Store):
             why = _connect_error(psycopg, target)
             if _refused_by_server(why):
                 raise MemoryFormatError(
-                    f"{target.describe()}: cannot connect to PostgreSQL ({why})"
-                ) from e
+                    f"{target.describe()}: cannot connect to PostgreSQL ({target.redact(str(why))})"
+                ) from safe_cause(e, target)
             raise MemoryUnavailableError(
-                f"{target.describe()}: cannot reach PostgreSQL within {target.open_timeout:g} s "
-                f"(open_timeout) ({str(why).strip() if why else e})"
-            ) from e
+                f"{target.describe()}: cannot reach PostgreSQL within "
+                f"{target.open_timeout:g} s (open_timeout) "
+                f"({target.redact(str(why).strip() if why else str(e))})"
+            ) from safe_cause(e, target)
         except Exception as e:
             raise MemoryFormatError(
-                f"{target.describe()}: cannot connect to PostgreSQL ({type(e).__name__}: {e})"
-            ) from e
+                f"{target.describe()}: cannot connect to PostgreSQL "
+                f"({type(e).__name__}: {target.redact(str(e))})"
+            ) from safe_cause(e, target)
 
     def _where(self) -> str:
         return self.target.describe()
@@ -148,9 +174,9 @@ class PostgresBase(Store):
                 raise
             raise MemoryUnavailableError(
                 f"{self._where()}: lost the connection to PostgreSQL "
-                f"({type(e).__name__}: {str(e).strip()}); nothing of the failed call "
-                "was committed, and the next call reconnects"
-            ) from e
+                f"({type(e).__name__}: {self.target.redact(str(e).strip())}); nothing of "
+                "the failed call was committed, and the next call reconnects"
+            ) from safe_cause(e, self.target)
 
     @contextmanager
     def _conn(self) -> Iterator[Any]:

@@ -27,9 +27,10 @@ from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError
 
-# Re-exported: code outside this package imports them from here.
+# `_now` and `encode_feedback` are re-exported: code elsewhere imports them from here.
 from langchain_memalign.memory._codec import _now as _now
 from langchain_memalign.memory._codec import encode_feedback as encode_feedback
+from langchain_memalign.memory._sqlite_schema import refuse_links
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import is_postgres_url
 
@@ -45,17 +46,6 @@ _LEFTOVER_ENDS = (".tmp", ".tmp-journal", ".tmp-wal", ".tmp-shm")
 # that a reader holding an older memory version still sees that version's
 # episodes (see `episodes_by_rowid`).
 _KEPT_VERSIONS = 64
-
-# The tables and columns this version reads; a database without them is not
-# a memory this version can use.
-_COLUMNS = {
-    "meta": {"key", "value"},
-    "feedback": {"id", "payload", "content_hash", "reflected", "updated_at"},
-    "episodes": {"feedback_id", "text_hash", "vector"},
-    "guidelines": {"id", "text", "vector", "created_at", "position"},
-    "guideline_sources": {"guideline_id", "feedback_id"},
-    "history": {"seq", "at", "action", "feedback_ids", "guideline_ids"},
-}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -367,9 +357,18 @@ class StoreBase(Store):
             self._versions = [(seq, before) for seq, before in self._versions if seq > up_to]
 
 
-def _connect(db: Path) -> sqlite3.Connection:
+def _connect(db: Path | str) -> sqlite3.Connection:
+    """A connection to a memory database (`":memory:"`: in process), schema untrusted.
+
+    `trusted_schema` off before anything else: a schema's functions with side
+    effects never run (`_sqlite_schema` checks the schema itself before use).
+    A path that is a symbolic link is refused before it is opened.
+    """
+    if isinstance(db, Path):
+        refuse_links(db)
     try:
         conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA trusted_schema=OFF")
         conn.execute("PRAGMA synchronous=FULL")
     except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: undecodable schema text
         raise MemoryFormatError(f"{db}: cannot open MemAlign memory ({e})") from e

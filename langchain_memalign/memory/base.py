@@ -18,6 +18,7 @@ What differs between backends is told by attributes, not by the class:
   there), else None.
 - `staleness`: how many seconds a judgment may lag behind the newest commit.
 - `supports_atomic`: whether `atomic` makes several transactions one.
+- `stores_nul`: whether text may hold a NUL character (PostgreSQL's cannot).
 
 Writes run inside `transaction()`, which yields a connection handle; the
 write methods take it as their first argument, and only the store that gave
@@ -59,6 +60,8 @@ class Store(ABC):
     staleness: float = 0.0
     #: Whether `atomic` runs several transactions as one.
     supports_atomic: bool = False
+    #: Whether stored text may hold a NUL character (PostgreSQL's text cannot).
+    stores_nul: bool = True
 
     # -- identity and lifetime -----------------------------------------------------
 

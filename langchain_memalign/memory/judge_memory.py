@@ -94,7 +94,8 @@ class JudgeMemory(PublishingMemory):
                 store.set_meta("config", config.model_dump(mode="json"))
                 store.set_meta("embeddings", embeddings_fingerprint(embeddings))
             else:
-                _check_identity(_stored_config(stored, folder), config, folder)
+                where = store.describe()
+                _check_identity(_stored_config(stored, where), config, where)
                 store.set_meta("config", config.model_dump(mode="json"))
             memory = cls(store, embeddings, config)
             memory._check_embeddings()
@@ -114,12 +115,13 @@ class JudgeMemory(PublishingMemory):
         store = open_store(folder, create=False)
         try:
             stored = store.get_meta("config")
+            where = store.describe()  # a URL without its credentials
             if stored is None:
-                raise MemoryFormatError(f"{folder}: memory has no judge configuration")
-            old = _stored_config(stored, folder)
+                raise MemoryFormatError(f"{where}: memory has no judge configuration")
+            old = _stored_config(stored, where)
             config = JudgeConfig.model_validate(config_with_overrides(stored, overrides))
             check_config_bounds(config.model_dump(mode="json"), where=None)
-            _check_identity(old, config, folder)
+            _check_identity(old, config, where)
             memory = cls(store, embeddings, config)
             memory._check_embeddings()
             memory.reload()
@@ -215,16 +217,39 @@ class JudgeMemory(PublishingMemory):
         return truncate(text, self.config.options.retrieval.embed_max_chars) or "(empty)"
 
     def embed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
-        """Embed texts in one call."""
+        """Embed texts in one call (`EmbeddingMismatchError`: not the memory's dimension)."""
         vectors = self.embeddings.embed_documents(list(texts))
         self._count(usage, len(texts))
-        return as_matrix(vectors)
+        return self._check_dimension(as_matrix(vectors))
 
     async def aembed(self, texts: Sequence[str], usage: Usage | None = None) -> np.ndarray:
         """Async twin of `embed`."""
         vectors = await self.embeddings.aembed_documents(list(texts))
         self._count(usage, len(texts))
-        return as_matrix(vectors)
+        return self._check_dimension(as_matrix(vectors))
+
+    def dimension(self, view: MemoryView | None = None) -> int | None:
+        """The dimension of this memory's vectors, or None while it holds none."""
+        view = view or self._view
+        if view.index.dim is not None:
+            return int(view.index.dim)
+        vectors = view.guideline_vectors
+        if vectors is not None and vectors.ndim == 2 and vectors.shape[0]:
+            return int(vectors.shape[1])
+        return None
+
+    def _check_dimension(self, vectors: np.ndarray) -> np.ndarray:
+        # A memory that does not name its embedding model (`meta.embeddings`) is
+        # opened with any: the first vector of another size is where that shows.
+        dim = self.dimension()
+        if vectors.size and dim is not None and vectors.shape[1] != dim:
+            raise EmbeddingMismatchError(
+                f"{self.store.describe()}: this memory's vectors have {dim} dimensions, but "
+                f"the embedding model {embeddings_fingerprint(self.embeddings)!r} returns "
+                f"{vectors.shape[1]}: it is not the model the memory was built with. Open it "
+                "with the original embedding model."
+            )
+        return vectors
 
     def _count(self, usage: Usage | None, n: int) -> None:
         with self._embedding_lock:

@@ -4,16 +4,17 @@ A memory location is a folder (a SQLite memory), `None` (in process), or a
 `postgresql://` URL. This module tells them apart (`is_postgres_url`),
 parses a URL into what libpq needs and our own settings (`PostgresTarget`),
 and writes a location into messages without its password
-(`describe_location`, `redact`). It opens nothing: `backends.open_store`
-does.
+(`describe_location`, with `redact`, the package's one redaction). It opens
+nothing: `backends.open_store` does.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from langchain_memalign._redact import redact
 from langchain_memalign.errors import MemoryFormatError
 
 __all__ = ["Location", "PostgresTarget", "describe_location", "is_postgres_url", "redact"]
@@ -43,7 +44,8 @@ class PostgresTarget:
     Every other parameter goes to libpq unchanged (`sslmode`, `host=/socket/dir` ...).
     """
 
-    conninfo: str
+    # Not in the repr: it may hold the password (`__repr__` shows `describe()`).
+    conninfo: str = field(repr=False)
     judge: str
     staleness: float = 0.0
     pool_size: int = 8
@@ -52,11 +54,20 @@ class PostgresTarget:
     @classmethod
     def parse(cls, url: str) -> PostgresTarget:
         """Split a memory URL into the libpq part and ours; `MemoryFormatError` if malformed."""
-        parts = urlsplit(url)
-        params = parse_qsl(parts.query, keep_blank_values=True)
+        try:
+            parts = urlsplit(url)
+            params = parse_qsl(parts.query, keep_blank_values=True)
+        except ValueError as e:  # e.g. an unclosed `[` of an IPv6 host
+            raise MemoryFormatError(f"{redact(url)}: malformed memory URL ({e})") from None
         ours = {k: v for k, v in params if k in _OUR_PARAMS}
         rest = [(k, v) for k, v in params if k not in _OUR_PARAMS]
         judge = ours.get("judge") or _DEFAULT_JUDGE
+        if "\x00" in judge:
+            # PostgreSQL text cannot hold NUL: refused here, not as the driver's DataError.
+            raise MemoryFormatError(
+                f"{redact(url)}: the judge name {judge!r} contains a NUL character, which "
+                "PostgreSQL cannot store"
+            )
         try:
             staleness = float(ours.get("staleness") or 0)
             pool_size = int(ours.get("pool_size") or 8)
@@ -76,19 +87,18 @@ class PostgresTarget:
         return cls(conninfo, judge, staleness, pool_size, open_timeout)
 
     def describe(self) -> str:
-        """The URL without its password, with the judge name (for messages)."""
+        """The URL without its credentials, with the judge name (for messages)."""
         return f"{redact(self.conninfo)} (judge {self.judge!r})"
+
+    def redact(self, text: str) -> str:
+        """`text` (a driver's message, say) without this URL's credentials."""
+        return redact(text, self.conninfo)
+
+    def __repr__(self) -> str:
+        return f"PostgresTarget({self.describe()})"
 
 
 def describe_location(location: object) -> str:
-    """A memory location for messages: a folder as is, a URL without its password."""
-    return redact(str(location)) if is_postgres_url(location) else str(location)
-
-
-def redact(url: str) -> str:
-    """A URL with its password replaced by `***`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    """A memory location for messages: a folder as is, a URL without its credentials."""
+    # A folder's name is shown as is; anything URL-like in it is redacted too.
+    return redact(str(location))

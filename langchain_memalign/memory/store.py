@@ -30,8 +30,8 @@ from pathlib import Path
 
 from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.memory._files import fsync, fsync_dir
+from langchain_memalign.memory._sqlite_schema import check_schema, refuse_links
 from langchain_memalign.memory._store_base import (
-    _COLUMNS,
     _SCHEMA,
     DB_FILE,
     INDEX_FILE,
@@ -65,10 +65,14 @@ class MemoryStore(FeedbackTables, GuidelineTables):
 
     @classmethod
     def create(cls, folder: str | os.PathLike[str] | None) -> MemoryStore:
-        """Open the memory in `folder`, creating it if needed; `None` keeps it in process."""
+        """Open the memory in `folder`, creating it if needed; `None` keeps it in process.
+
+        An existing database is checked before anything is written to it: only
+        this package's tables and indexes (some may be missing: they are added),
+        nothing else (`_sqlite_schema`).
+        """
         if folder is None:
-            conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-            store = cls(conn, None)
+            store = cls(_connect(":memory:"), None)
         else:
             path = Path(folder)
             path.mkdir(parents=True, exist_ok=True)
@@ -76,11 +80,15 @@ class MemoryStore(FeedbackTables, GuidelineTables):
             store = cls(_connect(path / DB_FILE), path)
         try:
             with store.lock:
+                store._check_schema(partial=True)
                 store._conn.executescript(_SCHEMA)
                 if store.get_meta("schema_version") is None:
                     store.set_meta("schema_version", SCHEMA_VERSION)
                 if store.get_meta("memory_id") is None:
                     store.set_meta("memory_id", uuid.uuid4().hex)
+        except MemoryFormatError:
+            store.close()
+            raise
         except (sqlite3.DatabaseError, ValueError) as e:
             store.close()
             raise MemoryFormatError(f"{folder}: not a MemAlign memory ({e})") from e
@@ -89,9 +97,14 @@ class MemoryStore(FeedbackTables, GuidelineTables):
 
     @classmethod
     def open(cls, folder: str | os.PathLike[str]) -> MemoryStore:
-        """Open an existing memory folder, or raise `MemoryFormatError`."""
+        """Open an existing memory folder, or raise `MemoryFormatError`.
+
+        The database's schema is checked before anything is written to it
+        (`_sqlite_schema`); a folder of an older version gains its memory id.
+        """
         path = Path(folder)
         db = path / DB_FILE
+        refuse_links(db)
         if not db.is_file():
             raise MemoryFormatError(f"{path}: no MemAlign memory here (missing {DB_FILE})")
         remove_leftovers(path)
@@ -102,26 +115,25 @@ class MemoryStore(FeedbackTables, GuidelineTables):
                 store.set_meta("memory_id", uuid.uuid4().hex)
         return store
 
+    def _check_schema(self, *, partial: bool) -> None:
+        """`_sqlite_schema.check_schema` on this database; a failed read is a corrupt file."""
+        try:
+            check_schema(self._conn, _SCHEMA, self._where(), partial=partial)
+        except MemoryFormatError:
+            self.close()
+            raise
+        except (sqlite3.DatabaseError, ValueError) as e:
+            self.close()
+            raise MemoryFormatError(f"{self._where()}: corrupt MemAlign memory ({e})") from e
+
     def _check_format(self) -> None:
+        self._check_schema(partial=False)
         try:
             with self.lock:
-                found = {
-                    t: {r[1] for r in self._conn.execute(f"PRAGMA table_info({t})")}
-                    for t in _COLUMNS
-                }
-                missing = [
-                    f"{t}.{c}" for t, cols in _COLUMNS.items() for c in sorted(cols - found[t])
-                ]
-                if not missing:
-                    self._conn.execute("SELECT count(*) FROM feedback").fetchone()
+                self._conn.execute("SELECT count(*) FROM feedback").fetchone()
         except (sqlite3.DatabaseError, ValueError) as e:
             self.close()
             raise MemoryFormatError(f"{self.folder}: corrupt MemAlign memory ({e})") from e
-        if missing:
-            self.close()
-            raise MemoryFormatError(
-                f"{self.folder}: not a MemAlign memory (missing {', '.join(missing[:5])})"
-            )
         try:
             version = self.get_meta("schema_version")
         except MemoryFormatError:

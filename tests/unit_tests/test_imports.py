@@ -23,6 +23,8 @@ EXPECTED_ALL = [
     "Feedback",
     "Guideline",
     "InvalidFeedbackError",
+    "InvalidFeedbackIdError",
+    "InvalidJudgeInputError",
     "InvalidRuleError",
     "JudgeConfig",
     "JudgeOptions",

@@ -208,6 +208,9 @@ def test_bad_input_is_refused_and_changes_nothing(judge: Any) -> None:
             call()
     with pytest.raises(InvalidRuleError, match="empty"):
         judge.rules.add("   ", author="dana")
+    for bad in ("A rule\x00.", "A rule \ud800."):
+        with pytest.raises(InvalidRuleError, match="NUL character or a lone surrogate"):
+            judge.rules.add(bad, author="dana")
     with pytest.raises(InvalidRuleError, match="author is empty"):
         judge.rules.add("Another rule.", author=" ")
     with pytest.raises(InvalidRuleError, match="reason is empty"):

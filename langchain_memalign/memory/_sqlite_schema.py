@@ -1,0 +1,127 @@
+"""A memory folder's SQLite file is used only if its schema is exactly ours.
+
+A memory folder may come from anyone (a colleague, an archive, a shared
+drive), and SQLite runs what a database file's schema holds: a trigger fires
+inside our own transactions (one that copies deleted feedback into another
+table keeps text `unalign` removed), a view or an index expression runs when
+read, and a CHECK or DEFAULT expression runs on every write. So before
+anything else touches the file, its schema is read from `sqlite_master` and
+compared with the one this package writes: the same tables with the same
+definitions, the same indexes, SQLite's own bookkeeping entries, and nothing
+else. Any other entry (a trigger, a view, an extra table or index, a changed
+table) refuses the file with `MemoryFormatError` naming what was found; none
+of it has run, and the file is unchanged. `trusted_schema` is off on every
+connection as well, so that SQLite itself refuses to run functions with side
+effects from a schema.
+
+The database and its journal files must be regular files inside the folder:
+a symbolic link (`memory.sqlite` pointing elsewhere) would make every write
+of the memory land outside it, so it is refused before the file is opened.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+from pathlib import Path
+
+from langchain_memalign.errors import MemoryFormatError
+
+# The files SQLite writes next to a database: none may point out of the folder.
+_COMPANIONS = ("", "-journal", "-wal", "-shm")
+# Written by versions before the pending-reflection index existed; `create`
+# adds it, so such a folder opens (read-only too) and gains it on its next create.
+_OPTIONAL = frozenset({("index", "feedback_pending")})
+# How many unexpected entries a message lists.
+_SHOWN = 5
+
+Entry = tuple[str, str, str, str | None]  # (type, name, table, normalized SQL)
+
+
+def refuse_links(db: Path) -> None:
+    """Raise `MemoryFormatError` if the database or a journal of it is a symbolic link."""
+    for suffix in _COMPANIONS:
+        path = db.with_name(db.name + suffix)
+        if path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise MemoryFormatError(
+                f"{db.parent}: {path.name} is a symbolic link (to {target}); a memory's "
+                "database must be a regular file inside its folder, so it was not opened"
+            )
+
+
+def _normalized(sql: str | None) -> str | None:
+    # Whitespace only: our statements are stored as written, and a reformatted
+    # `_SCHEMA` must still accept the folders written before.
+    return None if sql is None else " ".join(sql.split())
+
+
+@functools.cache
+def expected_entries(schema: str) -> frozenset[Entry]:
+    """The `sqlite_master` entries a database made by `schema` holds."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(schema)
+        return frozenset(_entries(conn))
+    finally:
+        conn.close()
+
+
+def _entries(conn: sqlite3.Connection) -> list[Entry]:
+    return [
+        (str(kind), str(name), str(table), _normalized(sql))
+        for kind, name, table, sql in conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master"
+        )
+    ]
+
+
+def _describe(entry: Entry) -> str:
+    kind, name, table, _ = entry
+    return f"{kind} {name!r}" + (f" on {table}" if table != name else "")
+
+
+def check_schema(conn: sqlite3.Connection, schema: str, where: str, *, partial: bool) -> None:
+    """Refuse a database whose schema is not exactly `schema`'s, before anything runs.
+
+    Reads `sqlite_master` only: parsing a schema runs none of it. With
+    `partial`, entries of `schema` may be missing (a new file, or one whose
+    creation was interrupted: `create` adds them); otherwise only those of
+    older versions may (see `_OPTIONAL`).
+    """
+    ours = expected_entries(schema)
+    found = _entries(conn)
+    by_key = {entry[:2]: entry for entry in ours}
+    foreign: list[str] = []
+    for entry in found:
+        expected = by_key.get(entry[:2])
+        if expected is None:
+            foreign.append(_describe(entry))
+        elif entry != expected:
+            foreign.append(f"{_describe(entry)} defined otherwise than this package defines it")
+    if foreign:
+        raise MemoryFormatError(
+            f"{where}: not a MemAlign memory: its database holds {', '.join(foreign[:_SHOWN])}"
+            + (f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else "")
+            + " (a memory has only this package's tables and indexes: no triggers, views or "
+            "tables of its own); it was refused without running any of it"
+        )
+    if partial:
+        return
+    present = {entry[:2] for entry in found}
+    missing = sorted(
+        name
+        for kind, name, *_ in ours
+        if (kind, name) not in present
+        and (kind, name) not in _OPTIONAL
+        # SQLite's own entries come with the tables they serve.
+        and not name.startswith("sqlite_")
+    )
+    if missing:
+        raise MemoryFormatError(
+            f"{where}: not a MemAlign memory (missing {', '.join(missing[:_SHOWN])})"
+        )

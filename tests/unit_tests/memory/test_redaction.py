@@ -1,0 +1,186 @@
+"""No credential of a memory URL in any message, repr, traceback, log record or CLI output.
+
+A password sits in a URL's user info, in its query string (`?password=`,
+`?sslpassword=`), or in pieces in a driver's message about a URL it could not parse;
+`langchain_memalign._redact.redact` masks all of them, and every place that shows a
+location or a driver's error goes through it. The server tests use the session's
+PostgreSQL server with one role that needs a password.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import HashEmbeddings
+
+from langchain_memalign import MemAlignJudge, MemoryFormatError, MemoryUnavailableError
+from langchain_memalign._redact import redact, secrets_of
+from langchain_memalign.cli import main
+from langchain_memalign.memory.location import PostgresTarget, describe_location
+
+SECRET = "Tr0ub4dor-S3cret"
+OTHER = "Corr3ct-H0rse"
+
+URLS = [
+    f"postgresql://alice:{SECRET}@db.example:5433/team?sslmode=require",
+    f"postgresql://alice@db.example/team?password={SECRET}&judge=tone",
+    f"postgresql://alice@db.example/team?sslpassword={SECRET}&password={OTHER}",
+    f"postgres://alice:{SECRET}@db.example/team?judge=a@b",
+    f"postgresql:///team?host=/run/postgresql&user=alice&password={SECRET}",
+    f"postgresql://alice:{SECRET}%2F@db.example/team",
+    f"postgresql://alice:x/{SECRET}@db.example/team?judge=j",
+    f"postgresql://alice:x?{SECRET}@db.example/team",
+    f"postgresql://alice:p@{SECRET}@db.example/team",
+    f"postgresql://alice@db.example/team?PassWord={SECRET}",
+    f"host=db.example user=alice password={SECRET} dbname=team",
+    f"host=db.example user=alice password='{SECRET} x' dbname=team",
+]
+
+
+def _leaks(text: str) -> bool:
+    return SECRET in text or OTHER in text
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_redact_masks_every_credential_of_a_url(url: str) -> None:
+    shown = redact(url)
+    assert not _leaks(shown) and "***" in shown
+    assert "db.example" in shown or "/run/postgresql" in shown  # still says where
+    assert not _leaks(redact(f"cannot open {url}: refused"))  # inside a message too
+    assert SECRET in secrets_of(url) or any(SECRET in s for s in secrets_of(url))
+
+
+def test_a_drivers_message_quoting_a_piece_of_the_url_is_scrubbed() -> None:
+    url = f"postgresql://alice:Xq9/{SECRET}@127.0.0.1/team"
+    message = 'invalid integer value "Xq9" for connection option "port"'
+    assert "Xq9" not in redact(message, url)
+    assert redact("no secret here", url) == "no secret here"
+
+
+def test_text_without_credentials_is_unchanged() -> None:
+    for text in (
+        "postgresql://alice@db.example:5433/team?sslmode=require&judge=tone",
+        "/home/alice/memories/helpfulness",
+        'FATAL: password authentication failed for user "alice"',
+    ):
+        assert redact(text) == text
+
+
+def test_target_repr_and_describe_and_parse_errors_hide_the_password() -> None:
+    url = f"postgresql://alice:{SECRET}@db.example/team?password={OTHER}&judge=tone"
+    target = PostgresTarget.parse(url)
+    for text in (repr(target), str(target), target.describe(), describe_location(url)):
+        assert not _leaks(text) and "db.example" in text
+    with pytest.raises(MemoryFormatError) as e:
+        PostgresTarget.parse(url + "&staleness=soon")
+    assert not _leaks(_everything(e.value))
+
+
+def test_a_nul_in_the_judge_name_is_a_documented_error() -> None:
+    with pytest.raises(MemoryFormatError, match="NUL"):
+        PostgresTarget.parse("postgresql://db.example/team?judge=a%00b")
+
+
+def _everything(error: BaseException) -> str:
+    """Message, repr and the whole printed traceback, causes included."""
+    return "\n".join([str(error), repr(error), *traceback.format_exception(error)])
+
+
+# -- against the server --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def password_role(pg_server: Any) -> str:
+    """A role that must give its password (the others are trusted); returns its name."""
+    import psycopg
+
+    hba = pg_server.data / "pg_hba.conf"
+    line = "host all memalign_pw 127.0.0.1/32 scram-sha-256\n"
+    if line not in hba.read_text():
+        hba.write_text(line + hba.read_text())
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS memalign_pw")
+        conn.execute("CREATE ROLE memalign_pw LOGIN PASSWORD 'the-right-one'")
+        conn.execute("SELECT pg_reload_conf()")
+    return "memalign_pw"
+
+
+def _server_urls(pg_server: Any, role: str) -> list[tuple[str, Any]]:
+    host = f"127.0.0.1:{pg_server.port}"
+    opts = "open_timeout=1"
+    return [
+        (f"postgresql://{role}:{SECRET}@{host}/postgres?{opts}", MemoryFormatError),
+        (f"postgresql://{role}@{host}/postgres?password={SECRET}&{opts}", MemoryFormatError),
+        (
+            f"postgresql://{role}@{host}/postgres?sslpassword={OTHER}&password={SECRET}&{opts}",
+            MemoryFormatError,
+        ),
+        (f"postgresql://{role}@{host}/nodb?password={SECRET}&{opts}", MemoryFormatError),
+        (f"postgresql://{role}:{SECRET}@127.0.0.1:1/postgres?{opts}", MemoryUnavailableError),
+        (
+            f"postgresql://{role}@127.0.0.1:1/postgres?password={SECRET}&{opts}",
+            MemoryUnavailableError,
+        ),
+        # A password with "/", read as host:port: a driver's message may quote a piece.
+        (
+            f"postgresql://{role}:Xq9/{SECRET}@{host}/postgres?{opts}",
+            (MemoryFormatError, MemoryUnavailableError),
+        ),
+    ]
+
+
+def test_no_open_error_shows_a_credential(
+    pg_server: Any, password_role: str, caplog: pytest.LogCaptureFixture, model: Any
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
+    for url, expected in _server_urls(pg_server, password_role):
+        for open_it in (
+            lambda url=url: MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings()),
+            lambda url=url: MemAlignJudge(
+                name="j",
+                instructions="Good? {inputs}",
+                model=model,
+                embeddings=HashEmbeddings(),
+                path=url,
+            ),
+        ):
+            with pytest.raises((MemoryFormatError, MemoryUnavailableError)) as e:
+                open_it()
+            assert isinstance(e.value, expected), (url, e.value)
+            text = _everything(e.value)
+            assert not _leaks(text) and "Xq9" not in text, text
+            assert "127.0.0.1" in str(e.value)
+    logged = caplog.text + "".join(str(r.args) for r in caplog.records)
+    assert not _leaks(logged) and "Xq9" not in logged
+
+
+def test_messages_about_a_stored_judge_hide_the_password(
+    pg_server: Any, make_judge: Any, model: Any
+) -> None:
+    # Trusted role: the password is accepted and ignored, and must still never show.
+    db = pg_server.new_database()
+    url = f"{db}?judge=j{uuid.uuid4().hex[:8]}&password={SECRET}"
+    judge = make_judge(path=url)
+    assert not _leaks(repr(judge.memory.store)) and not _leaks(judge.memory.store.describe())
+    judge.close()
+    with pytest.raises(MemoryFormatError, match="holds the memory of judge") as e:
+        make_judge(path=url, scale=(1, 5))
+    assert not _leaks(_everything(e.value))
+
+
+def test_the_cli_prints_no_credential(
+    pg_server: Any, password_role: str, tmp_path: Path, capsys: Any
+) -> None:
+    url = (
+        f"postgresql://{password_role}@127.0.0.1:{pg_server.port}/postgres"
+        f"?password={SECRET}&open_timeout=1"
+    )
+    assert main(["show", "--memory", url]) != 0
+    out = capsys.readouterr()
+    assert "error" in out.err and not _leaks(out.out + out.err)

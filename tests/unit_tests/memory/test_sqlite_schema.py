@@ -1,0 +1,166 @@
+"""A memory folder's own SQL never runs: a schema that is not exactly ours is refused.
+
+Each crafted folder is refused on opening, by `load` and by the constructor (which
+creates missing parts), with `MemoryFormatError` naming what was found, and the file is
+byte for byte unchanged: nothing of it ran. Older folders of this schema still open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER
+from fakes import HashEmbeddings
+
+from langchain_memalign import MemAlignJudge, MemoryFormatError
+from langchain_memalign.cli import main
+from langchain_memalign.memory.store import DB_FILE, MemoryStore
+
+CASE = {"inputs": "My sweater looks different, I'm disappointed.", "outputs": "Colors vary."}
+
+# What a folder can carry, and the words the error must name it by.
+CRAFTED = {
+    # Keeps the text of feedback that `unalign` deletes (in the meta table, so that
+    # the trigger is the only foreign entry).
+    "trigger": (
+        "CREATE TRIGGER keep_text BEFORE DELETE ON feedback BEGIN "
+        "INSERT OR REPLACE INTO meta(key, value) VALUES ('kept', json_quote(old.payload)); END",
+        "trigger 'keep_text' on feedback",
+    ),
+    "view": ("CREATE VIEW everything AS SELECT payload FROM feedback", "view 'everything'"),
+    "table": ("CREATE TABLE loot (text TEXT)", "table 'loot'"),
+    "index": ("CREATE INDEX by_payload ON feedback(payload)", "index 'by_payload' on feedback"),
+    "changed_table": (
+        "DROP TABLE history; CREATE TABLE history (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "at TEXT NOT NULL, action TEXT NOT NULL CHECK (abs(1) = 1), feedback_ids TEXT NOT NULL, "
+        "guideline_ids TEXT NOT NULL)",
+        "table 'history' defined otherwise",
+    ),
+}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def saved(make_judge: Any, tmp_path: Path) -> Path:
+    folder = tmp_path / "template"
+    judge = make_judge()
+    judge.align([SWEATER, HOURS, RUDE])
+    judge.save(folder)
+    judge.close()
+    return folder
+
+
+def _open_every_way(folder: Path, model: Any) -> list[MemoryFormatError]:
+    """The errors of `load`, the constructor on the folder, and the store's own open."""
+    errors = []
+    for open_it in (
+        lambda: MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings()),
+        lambda: MemAlignJudge(
+            name="helpfulness",
+            instructions=INSTRUCTIONS,
+            model=model,
+            embeddings=HashEmbeddings(),
+            path=folder,
+        ),
+        lambda: MemoryStore.open(folder),
+        lambda: MemoryStore.create(folder),
+    ):
+        with pytest.raises(MemoryFormatError) as e:
+            open_it()
+        errors.append(e.value)
+    return errors
+
+
+@pytest.mark.parametrize("kind", sorted(CRAFTED))
+def test_a_folder_with_sql_of_its_own_is_refused_and_left_unchanged(
+    saved: Path, model: Any, kind: str
+) -> None:
+    sql, named = CRAFTED[kind]
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.executescript(sql)
+    before = _sha(saved / DB_FILE)
+    for error in _open_every_way(saved, model):
+        assert named in str(error) and "refused without running any of it" in str(error)
+    assert _sha(saved / DB_FILE) == before
+    assert not any(p.name.endswith("-journal") for p in saved.iterdir())
+
+
+def test_the_trigger_would_have_kept_unaligned_text(saved: Path, model: Any) -> None:
+    # What the refusal prevents: the same trigger in a file this package opened before.
+    sql, _ = CRAFTED["trigger"]
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.executescript(sql)
+        conn.execute("DELETE FROM feedback WHERE id='hours'")
+        kept = conn.execute("SELECT value FROM meta WHERE key='kept'").fetchone()
+    assert kept is not None and "store hours" in kept[0]
+
+
+def test_the_cli_refuses_it_too(saved: Path, capsys: Any) -> None:
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.executescript(CRAFTED["view"][0])
+    before = _sha(saved / DB_FILE)
+    assert main(["show", "--memory", str(saved)]) != 0
+    assert "view 'everything'" in capsys.readouterr().err
+    assert _sha(saved / DB_FILE) == before
+
+
+@pytest.mark.parametrize("name", [DB_FILE, DB_FILE + "-journal"])
+def test_a_symbolic_link_is_refused_and_its_target_unchanged(
+    saved: Path, model: Any, tmp_path: Path, name: str
+) -> None:
+    outside = tmp_path / "outside.sqlite"
+    if name == DB_FILE:
+        shutil.move(saved / DB_FILE, outside)
+    else:
+        outside.write_bytes(b"not a journal")
+    (saved / name).symlink_to(outside)
+    before = _sha(outside)
+    for error in _open_every_way(saved, model):
+        assert f"{name} is a symbolic link" in str(error) and str(outside) in str(error)
+    assert _sha(outside) == before and (saved / name).is_symlink()
+
+
+def test_an_older_folder_still_opens_and_gains_what_it_lacks(saved: Path, model: Any) -> None:
+    # Written before the pending-reflection index and the memory id existed.
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.execute("DROP INDEX feedback_pending")
+        conn.execute("DELETE FROM meta WHERE key='memory_id'")
+    judge = MemAlignJudge.load(saved, model=model, embeddings=HashEmbeddings())
+    assert judge.invoke(CASE)["score"] in (True, False)
+    assert judge.memory.store.get_meta("memory_id")
+    judge.close()
+    store = MemoryStore.create(saved)  # `create` adds the missing index
+    names = {r[0] for r in store._conn.execute("SELECT name FROM sqlite_master")}
+    assert "feedback_pending" in names
+    store.close()
+
+
+def test_missing_tables_are_named(saved: Path) -> None:
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.execute("DROP TABLE guideline_sources")
+    with pytest.raises(MemoryFormatError, match="missing guideline_sources"):
+        MemoryStore.open(saved)
+
+
+def test_trusted_schema_is_off_on_every_connection(saved: Path) -> None:
+    for store in (MemoryStore.open(saved), MemoryStore.create(None)):
+        assert store._conn.execute("PRAGMA trusted_schema").fetchone()[0] == 0
+        store.close()
+
+
+def test_our_own_folders_pass_the_check(make_judge: Any, model: Any, tmp_path: Path) -> None:
+    # A new folder, a saved copy of an in-process memory, and a copy saved over it.
+    judge = make_judge(path=tmp_path / "a")
+    judge.align([SWEATER])
+    judge.save(tmp_path / "b")
+    judge.close()
+    for folder in ("a", "b"):
+        MemAlignJudge.load(tmp_path / folder, model=model, embeddings=HashEmbeddings()).close()
