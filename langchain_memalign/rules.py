@@ -128,6 +128,8 @@ class Rulebook:
         text = _clean(text, "rule's text")
         author = _clean(author, "author")
         self._check_length(text, None)
+        # Checked again under the write lock; here so that a refusal costs no embedding.
+        self._check_unique(text, {g.id: g for g in self._memory.guidelines}, None)
         vector = self._memory.embed([text])[0]
         gid = new_guideline_id()
 
