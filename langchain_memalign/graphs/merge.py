@@ -153,7 +153,7 @@ class MergeStep:
                     )
                 )
                 continue
-            supported.append(Proposal(text, support, p.existing_id))
+            supported.append(Proposal(text, support, p.existing_id or rulebook.edited_from(text)))
         plan = merge_proposals(mem.guidelines, supported)
         room = max(0, limits.MAX_GUIDELINES - len(mem.guidelines))
         for g in plan.added[room:]:

@@ -127,6 +127,18 @@ class RulebookState(BaseModel):
         """Ids of pinned rules."""
         return {gid for gid, m in self.marks.items() if m.pinned_by is not None}
 
+    def edited_from(self, text: str) -> str:
+        """The id of a rule an expert edited away from `text` (up to case and spacing), or "".
+
+        Reflection proposing a rule's old wording again is taken to mean that rule: the
+        proposal cites its feedback there instead of bringing the old wording back.
+        """
+        norm = normalize(text)
+        for c in reversed(self.changes):
+            if c.action == "edit" and c.previous_text and normalize(c.previous_text) == norm:
+                return c.rule_id if c.rule_id in self.marks else ""
+        return ""
+
     def refusal(
         self, text: str, vector: np.ndarray | None, rejected_vectors: np.ndarray | None
     ) -> RejectedRule | None:

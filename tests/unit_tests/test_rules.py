@@ -98,6 +98,10 @@ def test_an_edit_keeps_provenance_and_survives_rederivation(judge: Any, responde
     assert "rederive" not in responder.roles and report.guidelines_rederived == []
     after = judge.rules.get(cold.id)
     assert after.text == "Acknowledge an upset customer first." and after.source_ids == ("b",)
+    # Its old wording proposed again from new feedback cites that feedback on the edit.
+    report = judge.align([fb("d", "Where is my parcel?!", "Soon.", False, "Cold reply.")])
+    assert report.guidelines_added == [] and report.guidelines_updated == [cold.id]
+    assert judge.rules.get(cold.id).source_ids == ("b", "d")
     # Replacing its last source does not rewrite it either.
     judge.align([COLD[1].model_copy(update={"rationale": "Too slow."})])
     assert judge.rules.get(cold.id).text == "Acknowledge an upset customer first."
