@@ -168,3 +168,35 @@ def test_bad_settings_are_refused(judge: MemAlignJudge, client: Client) -> None:
         JudgeMonitor(judge, client, project="prod", sampling_rate=1.5)
     with pytest.raises(ValueError, match="review_sample"):
         JudgeMonitor(judge, client, project="prod", review_sample=-0.1)
+
+
+def test_a_watch_killed_mid_cycle_resumes_without_judging_a_run_twice(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    ids = add_runs(server, [f"polite answer {i}" for i in range(5)])
+    real_write = monitor_module._write_verdict
+    written: list[str] = []
+
+    def write_then_die(*args: Any) -> Any:
+        if len(written) == 2:
+            raise KeyboardInterrupt  # the process is killed after two verdicts landed
+        verdict = real_write(*args)
+        written.append(verdict.run_id)
+        return verdict
+
+    monkeypatch.setattr(monitor_module, "_write_verdict", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        JudgeMonitor(judge, client, project="prod").run_once()
+    assert sorted(verdict_runs(server)) == sorted(written)
+    monkeypatch.setattr(monitor_module, "_write_verdict", real_write)
+    calls = len(model.calls)
+    resumed = JudgeMonitor(judge, client, project="prod").run_once()
+    assert sorted(v.run_id for v in resumed.verdicts) == sorted(set(ids) - set(written))
+    assert resumed.already_judged == 2 and len(model.calls) == calls + 3
+    assert sorted(verdict_runs(server)) == sorted(ids)
