@@ -197,7 +197,7 @@ def test_the_annotator_mapping_reads_no_field_the_sdk_drops() -> None:
 def test_the_declared_langsmith_range_is_the_one_that_works() -> None:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     [spec] = [d for d in deps if d.startswith("langsmith")]
-    assert spec.replace(" ", "") == "langsmith>=0.15,<0.16"
+    assert spec.replace(" ", "") == "langsmith>=0.15.1,<0.16"
     major, minor = (int(x) for x in langsmith.__version__.split(".")[:2])
     assert (major, minor) == (0, 15)
 
