@@ -5,6 +5,9 @@ On `rules.jsonl` (six domains, each with a hidden rule, 8 training cases with ra
 and side by side on the same servers:
 
 - `unaligned`: our judge with an empty memory (the domain's criterion only);
+- `expert_rule`: no feedback; the domain's hidden rule stated by hand through the rulebook
+  (`judge.rules.add`), as an expert who knows it would: how much of the gap to the
+  oracle the rulebook closes without a single review;
 - `few_shot`: every training case of the domain with its verdict and rationale in the prompt,
   laid out as the judge lays out past cases;
 - `ours`: `MemAlignJudge` at the package's defaults, aligned on the domain's 8 cases;
@@ -246,6 +249,15 @@ class Bench:
     def run_unaligned(self, d: Domain) -> dict[str, Any]:
         judge = self.new_judge(d, {})
         try:
+            return self.judge_all(judge, d, seen=self.args.seen)
+        finally:
+            judge.close()
+
+    def run_expert_rule(self, d: Domain) -> dict[str, Any]:
+        """No feedback: the domain's hidden rule stated by an expert (`judge.rules.add`)."""
+        judge = self.new_judge(d, {})
+        try:
+            judge.rules.add(d.rule, author="oracle")
             return self.judge_all(judge, d, seen=self.args.seen)
         finally:
             judge.close()
@@ -655,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"{run} {d.name}")
                     if system == "unaligned":
                         entry = bench.run_unaligned(d)
+                    elif system == "expert_rule":
+                        entry = bench.run_expert_rule(d)
                     elif system == "few_shot":
                         entry = bench.run_few_shot(d)
                     elif system == "ours":

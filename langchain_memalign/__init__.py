@@ -23,6 +23,7 @@ from langchain_memalign.errors import (
     InvalidFeedbackError,
     InvalidFeedbackIdError,
     InvalidJudgeInputError,
+    InvalidRuleError,
     LimitExceededError,
     MalformedOutputError,
     MemAlignError,
@@ -30,6 +31,7 @@ from langchain_memalign.errors import (
     MemoryUnavailableError,
     ReflectionError,
     UnknownFeedbackError,
+    UnknownRuleError,
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
@@ -37,6 +39,7 @@ from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
 from langchain_memalign.result import JudgeResult
+from langchain_memalign.rules import RejectedRule, Rule, Rulebook, RuleChange
 from langchain_memalign.scale import Scale
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ __all__ = [
     "InvalidFeedbackError",
     "InvalidFeedbackIdError",
     "InvalidJudgeInputError",
+    "InvalidRuleError",
     "JudgeConfig",
     "JudgeOptions",
     "JudgeResult",
@@ -68,11 +72,16 @@ __all__ = [
     "PromptOptions",
     "ReflectionError",
     "ReflectionOptions",
+    "RejectedRule",
     "RetrievalOptions",
+    "Rule",
+    "RuleChange",
+    "Rulebook",
     "Scale",
     "SelfCritique",
     "UnalignReport",
     "UnknownFeedbackError",
+    "UnknownRuleError",
     "Usage",
     "ValidationOptions",
 ]

@@ -202,3 +202,30 @@ class FeedbackConfigMismatchError(MemAlignError, ValueError):
         self.key = key
         self.existing = existing
         self.wanted = wanted
+
+
+class UnknownRuleError(MemAlignError, KeyError):
+    """A rulebook action named a guideline id the memory does not hold."""
+
+    def __init__(self, rule_id: str) -> None:
+        self.rule_id = rule_id
+        super().__init__(f"unknown rule id {rule_id!r} (see `judge.rules.list()`)")
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0])
+
+
+class InvalidRuleError(MemAlignError, ValueError):
+    """A rulebook action was refused: the message says why, and nothing changed.
+
+    Empty text or author, text with a NUL character or a lone surrogate (no
+    backend stores it unchanged), a text over `limits.MAX_GUIDELINE_CHARS`, a text that
+    another rule already states, an edit that changes nothing, rejecting without
+    a reason, rejecting a pinned rule (unpin it first), or a memory already at
+    `limits.MAX_GUIDELINES`.
+    """
+
+    def __init__(self, message: str, *, rule_id: str | None = None) -> None:
+        super().__init__(message)
+        self.rule_id = rule_id

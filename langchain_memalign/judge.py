@@ -38,6 +38,7 @@ from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport
 from langchain_memalign.result import JudgeResult
+from langchain_memalign.rules import Rulebook
 from langchain_memalign.scale import Scale, ScaleSpec
 
 if TYPE_CHECKING:  # the judge does not depend on the evaluation toolkit to load
@@ -211,6 +212,18 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
     def guidelines(self) -> list[Guideline]:
         """The learned guidelines, each with the feedback ids it came from."""
         return list(self.memory.guidelines)
+
+    @property
+    def rules(self) -> Rulebook:
+        """The rulebook: list, add, edit, pin, unpin and reject guidelines as an expert.
+
+        ```python
+        rule = judge.rules.add("Queries must read the certified views.", author="dana")
+        judge.rules.pin(rule.id, author="dana")
+        judge.rules.reject("g-1a2b3c4d5e6f", reason="too broad", author="dana")
+        ```
+        """
+        return Rulebook(self.memory)
 
     @property
     def feedback_ids(self) -> list[str]:

@@ -46,7 +46,8 @@ class RejectedGuideline(BaseModel):
     text: str
     reason: str = Field(
         description="'restates a case', 'no cited rationale supports it', 'names the topic "
-        "of one case (<id>), not a rule', or the guideline limit."
+        "of one case (<id>), not a rule', 'an expert rejected this rule (<id>, by <author>: "
+        "<reason>)', or the guideline limit."
     )
 
 

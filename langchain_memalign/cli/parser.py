@@ -8,6 +8,7 @@ import os
 from langchain_memalign.cli.commands import cmd_align, cmd_create, cmd_judge, cmd_unalign
 from langchain_memalign.cli.judge_file import DEFAULT_CONFIG
 from langchain_memalign.cli.measure import cmd_curve, cmd_evaluate
+from langchain_memalign.cli.rules import AUTHOR_ENV, cmd_rules
 from langchain_memalign.cli.show import cmd_show
 from langchain_memalign.cli.watch import cmd_watch
 
@@ -28,6 +29,8 @@ Workflow:
   memalign align -c judge.toml train.jsonl    learn from expert feedback
   memalign evaluate -c judge.toml test.jsonl  ...and after
   memalign show -c judge.toml                 guidelines and where they came from
+  memalign rules add -c judge.toml "..." --author dana
+                                              state, fix, pin or reject a rule
   memalign unalign -c judge.toml ID ...       forget feedback and what it taught
   memalign judge -c judge.toml --inputs "..." --outputs "..."
   memalign curve -c judge.toml labelled.jsonl how agreement grows with feedback
@@ -120,6 +123,78 @@ def _int_list(value: str) -> list[int]:
     if not items or any(x < 0 for x in items):
         raise argparse.ArgumentTypeError(f"{value!r}: give whole numbers >= 0, e.g. 0,5,10")
     return items
+
+
+def _rules_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    fmt: type[argparse.HelpFormatter],
+) -> None:
+    """`memalign rules` and its actions (`cli.rules`)."""
+    p = sub.add_parser(
+        "rules",
+        help="list, add, edit, pin or reject the judge's rules as an expert",
+        description="The rulebook: the judge's guidelines, learned or stated by experts. An "
+        "expert can state a rule, fix one, pin one so that no align changes it, or reject "
+        "one so that it is removed and never learned again. Every change is recorded with "
+        f"who, when and why. --author defaults to ${AUTHOR_ENV}.",
+        epilog="Examples:\n"
+        "  memalign rules list -c judge.toml\n"
+        '  memalign rules add -c judge.toml "Queries must read the certified views." '
+        "--author dana\n"
+        '  memalign rules edit -c judge.toml g-1a2b3c4d5e6f "..." --author dana --reason "..."\n'
+        "  memalign rules pin -c judge.toml g-1a2b3c4d5e6f --author dana\n"
+        '  memalign rules reject -c judge.toml g-1a2b3c4d5e6f --reason "too broad" '
+        "--author dana",
+        formatter_class=fmt,
+    )
+    actions = p.add_subparsers(dest="rules_action", metavar="ACTION", required=True)
+
+    def author(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--author",
+            default=os.environ.get(AUTHOR_ENV),
+            help=f"who makes the change (default: ${AUTHOR_ENV})",
+        )
+
+    def reason(q: argparse.ArgumentParser, *, required: bool = False) -> None:
+        q.add_argument("--reason", required=required, help="why, for the history")
+
+    q = actions.add_parser(
+        "list", help="each rule's id, text, and its sources or author (no model needed)"
+    )
+    q.add_argument("--rejected", action="store_true", help="also list the rejected rules")
+    q.add_argument("--history", action="store_true", help="also list every rulebook change")
+    q.add_argument("--json", action="store_true", help="print everything as JSON")
+    _common(q, needs_models=False)
+
+    q = actions.add_parser("add", help="state a rule; its source is you")
+    q.add_argument("text", help="the rule, one sentence")
+    author(q)
+    _common(q)
+
+    q = actions.add_parser("edit", help="change a rule's text; its sources stay")
+    q.add_argument("id", help="the rule's id (see `rules list`)")
+    q.add_argument("text", help="the new text")
+    author(q)
+    reason(q)
+    _common(q)
+
+    for name, what in (
+        ("pin", "keep a rule exactly as it is through every align and unalign"),
+        ("unpin", "undo pin"),
+    ):
+        q = actions.add_parser(name, help=what)
+        q.add_argument("id", help="the rule's id (see `rules list`)")
+        author(q)
+        reason(q)
+        _common(q)
+
+    q = actions.add_parser("reject", help="remove a rule; reflection will not learn it again")
+    q.add_argument("id", help="the rule's id (see `rules list`)")
+    reason(q, required=True)
+    author(q)
+    _common(q)
+    p.set_defaults(func=cmd_rules)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -297,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     _common(p, needs_models=False)
     p.set_defaults(func=cmd_show)
+
+    _rules_parser(sub, fmt)
 
     p = sub.add_parser(
         "curve",

@@ -2,7 +2,7 @@
 
 Runs only when the guidelines outgrow their token budget
 (`options.reflection.guideline_token_budget`); the merged guideline keeps the union
-of its parts' provenance.
+of its parts' provenance. Rules experts added, edited or pinned are left out.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from langchain_memalign import limits
 from langchain_memalign._text import normalize
 from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline, new_guideline_id, total_tokens
 from langchain_memalign.prompting.budget import shown_guidelines
 from langchain_memalign.prompting.prompts import consolidate_messages
@@ -42,7 +43,12 @@ class ConsolidateStep:
         cfg = mem.config
         # Past the prompt budget, this consolidation merges the guidelines that fit;
         # the next one (still over the guideline budget) takes the rest.
-        guidelines = shown_guidelines(list(mem.guidelines), limits.prompt_budget_chars() // 2)
+        # Rules experts added, edited or pinned are theirs: never merged into another.
+        protected = load_rulebook(mem.store).protected()
+        mergeable = [g for g in mem.guidelines if g.id not in protected]
+        if len(mergeable) < 2:
+            return {}
+        guidelines = shown_guidelines(mergeable, limits.prompt_budget_chars() // 2)
         max_words = max(30, int(cfg.options.reflection.guideline_token_budget * 0.45))
         try:
             out, usage = self.consolidator.invoke(

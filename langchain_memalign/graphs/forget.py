@@ -20,6 +20,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.provenance import supporting_sources
 from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.budget import case_chars
 from langchain_memalign.prompting.prompts import rederive_messages
@@ -101,14 +102,27 @@ class ForgetStep:
         support it (the embedding test of `provenance`, no model call: a model
         asked may wrongly say that nothing supports it); otherwise it is
         re-distilled from the remaining feedback alone, and removed when
-        nothing remaining supports it. With `delete`, the feedback and its
-        episodes are removed too (unalign); without, only the guidelines are
-        re-derived (the feedback is about to be replaced).
+        nothing remaining supports it. A rule an expert added, edited or pinned
+        is neither re-derived nor removed: it only stops citing `ids`. With
+        `delete`, the feedback and its episodes are removed too (unalign);
+        without, only the guidelines are re-derived (the feedback is about to
+        be replaced).
         """
         mem = self.memory
         gone = set(ids)
         result = ForgetResult()
+        protected = load_rulebook(mem.store).protected()
         affected = [g for g in mem.guidelines if gone & set(g.source_ids)]
+        # A rule an expert added, edited or pinned keeps its text and its place; it only
+        # stops citing the withdrawn feedback (docs/experts.md).
+        kept = {
+            g.id: g.model_copy(
+                update={"source_ids": tuple(s for s in g.source_ids if s not in gone)}
+            )
+            for g in affected
+            if g.id in protected
+        }
+        affected = [g for g in affected if g.id not in kept]
         redo = [g for g in affected if set(g.source_ids) - gone]
         result.removed = [g.id for g in affected if not set(g.source_ids) - gone]
         support = mem.store.get_feedback({s for g in redo for s in g.source_ids if s not in gone})
@@ -125,7 +139,9 @@ class ForgetStep:
                 return self.rederiver.invoke(msgs, config)
 
             outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)
-        keep_texts = {normalize(g.text): g for g in mem.guidelines if g not in affected}
+        keep_texts = {
+            normalize(g.text): kept.get(g.id, g) for g in mem.guidelines if g not in affected
+        }
         rederived: list[Guideline] = []
         widened: dict[str, Guideline] = {}
         pending: set[str] = set()
@@ -161,7 +177,7 @@ class ForgetStep:
             for i, g in enumerate(rederived):
                 assert vectors is not None
                 w.put_guideline(g, vectors[i], 0)
-            for g in [*widened.values(), *still]:
+            for g in [*(g for i, g in kept.items() if i not in widened), *widened.values(), *still]:
                 w.put_guideline(g, None, 0)
             if delete:
                 w.delete_feedback(ids)
@@ -175,6 +191,6 @@ class ForgetStep:
                 w.put_calibration(calibration.updated([], gone))
             w.log(
                 "unalign" if delete else "replace", ids,
-                result.removed + result.rederived + list(widened),
+                result.removed + result.rederived + list(widened) + list(kept),
             )  # fmt: skip
         return result

@@ -2,8 +2,9 @@
 
 `merge` embeds only new or changed cases, new guidelines and the rationales they
 cite, in one call, keeps only the sources whose rationale supports each
-guideline, rejects case summaries, and commits episodes and guidelines in one
-write (`JudgeMemory.write`).
+guideline, rejects case summaries and restatements of rules experts rejected
+(`memory.rulebook`), and commits episodes and guidelines in one write
+(`JudgeMemory.write`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from langchain_memalign.graphs.provenance import (
 )
 from langchain_memalign.memory.episodic import as_matrix
 from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Proposal, merge_proposals
 from langchain_memalign.reports import RejectedGuideline, Usage
 
@@ -76,6 +78,9 @@ class MergeStep:
             )
         )
         proposal_texts = list(dict.fromkeys(" ".join(p.text.split()) for p in candidates))
+        rulebook = load_rulebook(mem.store)
+        # Rejected rules are embedded with the proposals (same call) to refuse restatements.
+        rejected_texts = [r.text for r in rulebook.rejected] if proposal_texts else []
 
         texts = {fb.id: mem.case_text(fb.inputs, fb.outputs) for fb in to_store}
         stored = mem.store.episode_keys(texts)
@@ -93,6 +98,7 @@ class MergeStep:
             [texts[f] for f in fresh]
             + proposal_texts
             + [cast(str, known[s].rationale) for s in rationale_ids]
+            + rejected_texts
         )
         vectors = mem.embed(all_texts, usage) if all_texts else np.zeros((0, 0), np.float32)
         n_ep, n_prop = len(fresh), len(proposal_texts)
@@ -101,11 +107,25 @@ class MergeStep:
             **dict(zip(fresh, vectors[:n_ep], strict=True)),
         }
         proposal_vectors = dict(zip(proposal_texts, vectors[n_ep : n_ep + n_prop], strict=True))
-        rationale_vectors = dict(zip(rationale_ids, vectors[n_ep + n_prop :], strict=True))
+        n_rat = len(rationale_ids)
+        rationale_vectors = dict(
+            zip(rationale_ids, vectors[n_ep + n_prop : n_ep + n_prop + n_rat], strict=True)
+        )
+        rejected_vectors = vectors[n_ep + n_prop + n_rat :] if rejected_texts else None
 
         supported: list[Proposal] = []
         for p in candidates:
             text = " ".join(p.text.split())
+            refused = rulebook.refusal(text, proposal_vectors[text], rejected_vectors)
+            if refused is not None:
+                rejected.append(
+                    RejectedGuideline(
+                        text=text,
+                        reason=f"an expert rejected this rule ({refused.id}, by "
+                        f"{refused.author}: {refused.reason})",
+                    )
+                )
+                continue
             support = (
                 p.source_ids
                 if min_support is None
@@ -133,7 +153,7 @@ class MergeStep:
                     )
                 )
                 continue
-            supported.append(Proposal(text, support, p.existing_id))
+            supported.append(Proposal(text, support, p.existing_id or rulebook.edited_from(text)))
         plan = merge_proposals(mem.guidelines, supported)
         room = max(0, limits.MAX_GUIDELINES - len(mem.guidelines))
         for g in plan.added[room:]:

@@ -29,6 +29,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.provenance import restates_case
 from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.prompts import format_value, narrow_messages
 from langchain_memalign.prompting.schemas import GuidelineText
@@ -154,7 +155,9 @@ class GuidelineValidator:
         opts = mem.config.options.validation
         budget = opts.max_calls
         current = {g.id: g for g in mem.guidelines}
-        new = [current[i] for i in new_ids if i in current]
+        # A rule an expert added, edited or pinned is not the model's to narrow or drop.
+        protected = load_rulebook(mem.store).protected()
+        new = [current[i] for i in new_ids if i in current and i not in protected]
         if opts.mode == "off" or budget < 2 or not new:
             return [], Usage(), []
         cases_of = {g.id: self.cases_for(g) for g in new}

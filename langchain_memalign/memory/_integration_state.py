@@ -34,5 +34,5 @@ class IntegrationState:
 
 # The memory's own meta keys, which no integration may overwrite.
 _CORE_META = frozenset(
-    {"config", "embeddings", "schema_version", "change_seq", "index_seq", "calibration"}
+    {"config", "embeddings", "schema_version", "change_seq", "index_seq", "calibration", "rulebook"}
 )

@@ -19,6 +19,8 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.calibration import META_KEY as CALIBRATION_KEY
 from langchain_memalign.memory.calibration import ScoreCalibration
+from langchain_memalign.memory.rulebook import META_KEY as RULEBOOK_KEY
+from langchain_memalign.memory.rulebook import RulebookState
 from langchain_memalign.memory.semantic import Guideline
 
 
@@ -78,6 +80,10 @@ class MemoryWrite:
     def put_calibration(self, calibration: ScoreCalibration) -> None:
         """Store the score calibration (none left clears it)."""
         self._store.set_meta(CALIBRATION_KEY, calibration.to_json() if calibration.pairs else None)
+
+    def put_rulebook(self, rulebook: RulebookState) -> None:
+        """Store the experts' marks, rejected rules and rulebook changes."""
+        self._store.set_meta(RULEBOOK_KEY, rulebook.to_json())
 
     def log(
         self, action: str, feedback_ids: Iterable[str], guideline_ids: Iterable[str] = ()

@@ -598,6 +598,56 @@ def test_show_an_empty_or_missing_memory(env: Env) -> None:
     assert code == EXIT_USAGE and "no MemAlign memory here" in err
 
 
+# -- rules -------------------------------------------------------------------------------------
+
+
+def test_rules_round_trip(env: Env) -> None:
+    env.created()
+    env.run("align", env.feedback)
+    code, out, _ = env.run(
+        "rules", "add", "Queries must read the certified views.", "--author", "dana"
+    )
+    assert code == EXIT_OK and out.startswith("Added g-")
+    added = out.split()[1].rstrip(":")
+    info = json.loads(env.run("rules", "list", "--json")[1])
+    hours = next(r["id"] for r in info["rules"] if r["source_ids"] == ["hours"])
+    code, out, _ = env.run("rules", "edit", hours, "Answer the question asked.", "--author", "ana")
+    assert code == EXIT_OK and "Edited" in out
+    assert env.run("rules", "pin", added, "--author", "dana")[0] == EXIT_OK
+    rude = next(r["id"] for r in info["rules"] if r["source_ids"] == ["rude"])
+    code, out, _ = env.run("rules", "reject", rude, "--reason", "too broad", "--author", "dana")
+    assert code == EXIT_OK and out.startswith(f"Rejected {rude}")
+
+    def no_models(cfg: JudgeFile) -> Models:
+        raise AssertionError("rules list must not build models")
+
+    code, out, _ = env.run("rules", "list", "--rejected", "--history", models=no_models)
+    assert code == EXIT_OK
+    assert f"{added}  [pinned by dana]\n  Queries must read the certified views.\n" in out
+    assert "  stated by dana\n" in out
+    assert f"{hours}  [edited by ana]\n  Answer the question asked.\n  from feedback hours" in out
+    assert f"{rude}  rejected by dana at " in out and ": too broad" in out
+    assert "dana pin " + added in out and "ana edit " + hours in out
+    info = json.loads(env.run("rules", "list", "--json")[1])
+    assert {r["id"]: r["pinned"] for r in info["rules"]}[added] is True
+    assert [r["id"] for r in info["rejected"]] == [rude]
+
+
+def test_rules_errors_change_nothing(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    env.created()
+    monkeypatch.delenv("MEMALIGN_AUTHOR", raising=False)
+    code, _, err = env.run("rules", "add", "A rule.")
+    assert code == EXIT_USAGE and "--author NAME" in err
+    code, _, err = env.run("rules", "pin", "g-nope", "--author", "dana")
+    assert code == EXIT_USAGE and "unknown rule id 'g-nope'" in err and "nothing changed" in err
+    assert env.run("rules", "reject", "g-nope", "--author", "dana")[0] == EXIT_USAGE  # no reason
+    monkeypatch.setenv("MEMALIGN_AUTHOR", "dana")
+    assert env.run("rules", "add", "A rule.")[0] == EXIT_OK
+    code, _, err = env.run("rules", "add", "a rule")
+    assert code == EXIT_USAGE and "already says this" in err
+    assert env.run("rules", "list")[1].count("stated by dana") == 1
+
+
 # -- curve -------------------------------------------------------------------------------------
 
 
