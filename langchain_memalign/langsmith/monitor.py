@@ -191,10 +191,9 @@ class JudgeMonitor:
     def _agreement(self, pulled: SyncReport) -> list[ReviewAgreement]:
         """Each newly learned review beside the verdict the judge had written on its run."""
         reviews: dict[str, tuple[str, Any]] = {}
-        for fid in [*pulled.added, *pulled.updated]:
-            item = self.judge.memory.feedback([fid]).get(fid)
-            if item is None:
-                continue
+        learned = [*pulled.added, *pulled.updated]
+        stored = self.judge.memory.feedback(learned) if learned else {}
+        for fid, item in stored.items():
             run_id = ((item.metadata or {}).get("langsmith") or {}).get("run_id")
             if run_id:
                 reviews[str(run_id)] = (fid, item.value)

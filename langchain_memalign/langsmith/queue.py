@@ -130,7 +130,6 @@ class JudgeAnnotationQueue:
         self._queue_id = None if queue_id is None else str(queue_id)
         self._ensure_lock = threading.Lock()  # two first cycles must not create two queues
         self._source: LangSmithFeedbackSource | None = None
-        self._finals_changed = False
 
     # -- the queue -------------------------------------------------------------------------
 
@@ -360,9 +359,6 @@ class JudgeAnnotationQueue:
         else:  # the same source across pulls: only its first sync lists everything
             self._source.run_ids = list(projects)
             self._source.run_projects = {r: p for r, p in projects.items() if p}
-        # A final answer set (or a dispute opened) changes no feedback record, so an
-        # incremental sync would not look at the run again: the next pull reads all.
-        self._finals_changed = finals != self._source.run_finals
         self._source.run_finals = finals
         return self._source
 
@@ -388,10 +384,13 @@ class JudgeAnnotationQueue:
         An item is archived once the queue's review requirements are met; reviews of
         items still waiting for other reviewers are read once their item is archived.
         """
+        before = self._source.run_finals if self._source is not None else {}
         source = self.source()
         if not source.run_ids:
             return SyncReport()
-        return source.sync(self.judge, full=True if self._finals_changed else None)
+        # A final answer set (or a dispute opened) changes no feedback record, so an
+        # incremental sync would not look at the run again: this pull reads all.
+        return source.sync(self.judge, full=True if source.run_finals != before else None)
 
     async def apull(self) -> SyncReport:
         """Async twin of `pull`."""
