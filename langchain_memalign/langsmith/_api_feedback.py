@@ -104,9 +104,12 @@ class FeedbackAPI(APIBase):
         return str(created.id) if created.id else None
 
     def _configs(self, key: str) -> list[ls_schemas.FeedbackConfigSchema]:
-        try:
-            found = self.client.list_feedback_configs(feedback_key=[key], include_all_configs=True)
+        def listed(**extra: Any) -> list[ls_schemas.FeedbackConfigSchema]:
+            found = self.client.list_feedback_configs(feedback_key=[key], **extra)
             return [c for c in found if c.feedback_key == key and not c.is_deleted]
+
+        try:
+            return listed(include_all_configs=True)
         except ls_utils.LangSmithError as e:
             if _is_unsupported(e):
                 return []
@@ -115,8 +118,7 @@ class FeedbackAPI(APIBase):
         # Servers that predate `include_all_configs` may refuse the parameter (400/422):
         # without it they list the key's one config.
         try:
-            found = self.client.list_feedback_configs(feedback_key=[key])
-            return [c for c in found if c.feedback_key == key and not c.is_deleted]
+            return listed()
         except ls_utils.LangSmithError as e:
             if _is_unsupported(e):
                 return []
