@@ -1,8 +1,8 @@
 """One `align`, `unalign` or `calibrate` call on a judge's memory: one transaction, one report.
 
 The work is the graphs' (`graphs.align`): this runs the align or unalign graph inside
-one `JudgeMemory.atomic` unit, which holds the memory's write lock and, on a folder,
-makes the call one transaction (all or nothing); turns a failure into the
+one `JudgeMemory.atomic` unit, which holds the memory's write lock and makes the call
+one transaction (all or nothing, on a folder or a database); turns a failure into the
 documented `AlignFailedError`; and builds the report from the graph's final state
 and the guidelines before and after.
 """
@@ -154,8 +154,8 @@ def _rolled_back_as_documented(operation: str, whole: bool = True) -> Iterator[N
 def _raise_align_failed(operation: str, whole: bool, e: BaseException) -> NoReturn:
     """Raise `AlignFailedError` for `e`, saying what the failed run left in memory."""
     kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
-    # `whole`: the store ran the call as one transaction (a folder). A database
-    # store commits step by step, so only the failed step was rolled back.
+    # `whole`: the store ran the call as one transaction (both backends do). A store
+    # without `supports_atomic` commits step by step: only the failed step was rolled back.
     outcome = (
         "was rolled back; the memory is unchanged"
         if whole

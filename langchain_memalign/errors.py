@@ -118,7 +118,7 @@ class AlignFailedError(MemAlignError):
     rate limit, a timeout) after the call had started. Every `align` and
     `unalign` is one transaction, so the memory (guidelines, episodes, stored
     feedback and whether it is distilled) is exactly as it was before the
-    call, in the folder and in process. The message names the operation and
+    call, in the folder or database and in process. The message names the operation and
     the underlying error; `__cause__` is the original exception, for code
     that retries on a provider's own error type. Model output that stays
     unusable after retries is `MalformedOutputError` instead, and failed

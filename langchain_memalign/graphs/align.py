@@ -21,7 +21,7 @@ unseen and keeps the judge's score beside the expert's (`graphs.calibrate`).
 
 Every step that changes the memory writes through `JudgeMemory.write`. The graphs
 run inside one `JudgeMemory.atomic` unit (`langchain_memalign.alignment`), which
-makes an align or unalign on a folder one transaction.
+makes an align or unalign one transaction, on a folder or a database.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ connection pool (and the errors of a server that cannot be reached or that
 refuses the URL), the connection a thread's transaction or consistent read
 is pinned to, the translation of errors from stored values into
 `MemoryFormatError`, the transactions that give each commit a new version,
-the writers' advisory lock and the meta values (some kept in the judge row).
+the unit (`atomic`) that makes the steps of one align or unalign one
+transaction, the writers' advisory lock and the meta values (some kept in
+the judge row).
 
 psycopg 3 and psycopg_pool are an optional extra, imported when a store is
 opened: a `postgresql://` URL without them raises `MemoryFormatError`
@@ -20,6 +22,8 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_memalign._redact import redact_logs
@@ -87,6 +91,18 @@ def safe_cause(cause: BaseException, target: PostgresTarget) -> BaseException | 
     return cause
 
 
+@dataclass
+class _Unit:
+    """The open transaction of one `atomic` unit: its connection, and the lock its steps take."""
+
+    conn: Any
+    # Steps (savepoints) of one unit run one at a time, whichever thread runs them.
+    steps: threading.RLock = field(default_factory=threading.RLock)
+    # Cleared when the unit ends: a thread it started that outlives it (its context
+    # still names the unit) then reads from the pool, not from a connection given back.
+    open: bool = True
+
+
 class PostgresBase(Store):
     """Connections, transactions, locks and meta values of one judge's memory in PostgreSQL."""
 
@@ -101,6 +117,13 @@ class PostgresBase(Store):
         self.judge = target.judge
         self.staleness = target.staleness
         self._local = threading.local()
+        # The running `atomic` unit, seen by the thread that opened it and by the threads
+        # it starts: LangGraph and LangChain copy the context into their workers, so
+        # every node and model call of an align reads and writes through the unit's
+        # connection, while judgments of other threads read committed versions only.
+        self._unit: ContextVar[_Unit | None] = ContextVar(
+            f"memalign_unit_{target.judge}_{id(self)}", default=None
+        )
         # psycopg's pool logs each failed connection attempt with libpq's message,
         # which may quote a piece of the URL.
         redact_logs(("psycopg", "psycopg.pool"), target.conninfo)
@@ -162,15 +185,16 @@ class PostgresBase(Store):
 
         Only connection failures are translated (no SQLSTATE: the client lost the
         socket or the pool timed out; class 08: connection exception; 57P: the
-        server shut down or ended the session). Errors of the SQL itself keep
-        their own handling.
+        server shut down or ended the session; 25P03: it ended a session idle in
+        a transaction for longer than `idle_in_transaction_session_timeout`).
+        Errors of the SQL itself keep their own handling.
         """
         try:
             with self._pool.connection() as conn:
                 yield conn
         except self._psycopg.OperationalError as e:
             state = getattr(e, "sqlstate", None)
-            if state is not None and not state.startswith(("08", "57P")):
+            if state is not None and not state.startswith(("08", "57P", "25P03")):
                 raise
             raise MemoryUnavailableError(
                 f"{self._where()}: lost the connection to PostgreSQL "
@@ -178,10 +202,23 @@ class PostgresBase(Store):
                 "the failed call was committed, and the next call reconnects"
             ) from safe_cause(e, self.target)
 
+    def _pinned(self) -> Any:
+        """The connection this thread reads through: its transaction's, its unit's, or None."""
+        pinned = getattr(self._local, "conn", None)
+        if pinned is None:
+            unit = self._running_unit()
+            pinned = None if unit is None else unit.conn
+        return pinned
+
+    def _running_unit(self) -> _Unit | None:
+        """The `atomic` unit this thread runs in, if it is still open."""
+        unit = self._unit.get()
+        return unit if unit is not None and unit.open else None
+
     @contextmanager
     def _conn(self) -> Iterator[Any]:
-        """The connection of this thread's running transaction, else one from the pool."""
-        pinned = getattr(self._local, "conn", None)
+        """The connection of this thread's running transaction or unit, else one from the pool."""
+        pinned = self._pinned()
         if pinned is not None:
             yield pinned
             return
@@ -219,8 +256,12 @@ class PostgresBase(Store):
 
     @contextmanager
     def consistent(self) -> Iterator[None]:
-        """Reads in this block (this thread) see one committed version of the memory."""
-        if getattr(self._local, "conn", None) is not None:
+        """Reads in this block (this thread) see one committed version of the memory.
+
+        Inside a transaction or an `atomic` unit the block reads through its
+        connection: the version it is writing, which no one else writes meanwhile.
+        """
+        if self._pinned() is not None:
             yield
             return
         with self._pooled() as conn:
@@ -238,27 +279,106 @@ class PostgresBase(Store):
 
         The judge row is locked first (`FOR UPDATE`), so concurrent
         transactions on one judge run one after the other and each gets the
-        next change sequence.
+        next change sequence. Inside an `atomic` unit the block is a savepoint
+        of the unit's transaction (see `atomic`).
         """
-        pg = self._psycopg
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("nested memory transactions are not supported")
+        unit = self._running_unit()
+        if unit is not None:
+            with unit.steps, self._step(unit.conn) as conn:
+                yield conn
+            return
+        with self._pooled() as conn, self._writing(conn, "BEGIN", "COMMIT", "ROLLBACK"):
+            yield conn
+
+    @contextmanager
+    def _step(self, conn: Any) -> Iterator[Any]:
+        """One step of a unit: a savepoint that gets the next version number."""
+        with self._writing(
+            conn,
+            "SAVEPOINT memalign_step",
+            "RELEASE SAVEPOINT memalign_step",
+            "ROLLBACK TO SAVEPOINT memalign_step; RELEASE SAVEPOINT memalign_step",
+        ):
+            yield conn
+
+    @contextmanager
+    def _writing(self, conn: Any, begin: str, commit: str, rollback: str) -> Iterator[None]:
+        """Run a write block on `conn` between `begin` and `commit` (`rollback` on error)."""
+        pg = self._psycopg
+        self._local.conn = conn
+        try:
+            conn.execute(begin)
+            row = conn.execute(
+                "SELECT change_seq FROM memalign_judges WHERE name=%s FOR UPDATE",
+                (self.judge,),
+            ).fetchone()
+            if row is None:
+                raise MemoryFormatError(f"{self._where()}: the judge's memory was deleted")
+            self._local.seq = int(row[0]) + 1
+            yield
+            conn.execute(
+                "UPDATE memalign_judges SET change_seq=%s, content_version=%s WHERE name=%s",
+                (self._local.seq, uuid.uuid4().hex, self.judge),
+            )
+            conn.execute(commit)
+        except BaseException as e:
+            with contextlib.suppress(pg.Error):
+                conn.execute(rollback)
+            if isinstance(e, pg.errors.UndefinedTable | pg.errors.UndefinedColumn):
+                raise MemoryFormatError(
+                    f"{self._where()}: cannot write the memory ({e}); nothing was changed"
+                ) from e
+            raise
+        finally:
+            self._local.conn = None
+            self._local.seq = None
+
+    def _seq(self) -> int:
+        seq = getattr(self._local, "seq", None)
+        if seq is None:
+            raise RuntimeError("a memory write outside a transaction")
+        return int(seq)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One all-or-nothing unit over several `transaction` steps (one align or unalign).
+
+        The unit is one PostgreSQL transaction on a connection of its own; each
+        step is a savepoint of it with a version number of its own. The thread
+        that opens the unit and the threads it starts (the align graph's nodes,
+        their model calls) read through that connection, so the unit sees its
+        own steps; every other reader, in this process or another, sees the
+        version before the unit until it commits, all at once. An exception
+        rolls every step back, and a process killed meanwhile loses its
+        session, whose transaction the server rolls back. The judge row is
+        locked for the whole unit, so the writers of other processes that do
+        not take the writers' lock wait for it rather than interleave. Nested
+        units join the outer one.
+        """
+        if self._running_unit() is not None:
+            yield
+            return
+        if getattr(self._local, "conn", None) is not None:
+            raise RuntimeError("a memory unit cannot start inside a transaction")
+        pg = self._psycopg
         with self._pooled() as conn:
-            self._local.conn = conn
+            # Open across model calls: steps read their own writes; only writers wait on it.
+            conn.execute("BEGIN")
+            unit = _Unit(conn)
+            token = self._unit.set(unit)
             try:
-                conn.execute("BEGIN")
                 row = conn.execute(
-                    "SELECT change_seq FROM memalign_judges WHERE name=%s FOR UPDATE",
-                    (self.judge,),
+                    "SELECT 1 FROM memalign_judges WHERE name=%s FOR UPDATE", (self.judge,)
                 ).fetchone()
                 if row is None:
                     raise MemoryFormatError(f"{self._where()}: the judge's memory was deleted")
-                self._local.seq = int(row[0]) + 1
-                yield conn
-                conn.execute(
-                    "UPDATE memalign_judges SET change_seq=%s, content_version=%s WHERE name=%s",
-                    (self._local.seq, uuid.uuid4().hex, self.judge),
-                )
+                yield
+                if conn.info.transaction_status == pg.pq.TransactionStatus.INERROR:
+                    # A statement failed and its error was handled: COMMIT would roll
+                    # back without an error, and the caller would think the unit stored.
+                    raise RuntimeError("a statement of the unit failed and ended its transaction")
                 conn.execute("COMMIT")
             except BaseException as e:
                 with contextlib.suppress(pg.Error):
@@ -269,20 +389,16 @@ class PostgresBase(Store):
                     ) from e
                 raise
             finally:
-                self._local.conn = None
-                self._local.seq = None
+                unit.open = False
+                self._unit.reset(token)
 
-    def _seq(self) -> int:
-        seq = getattr(self._local, "seq", None)
-        if seq is None:
-            raise RuntimeError("a memory write outside a transaction")
-        return int(seq)
+    @property
+    def in_atomic(self) -> bool:
+        """Whether this thread runs inside an `atomic` unit (or a thread it started)."""
+        return self._running_unit() is not None
 
-    # Not yet on PostgreSQL: an align's steps (forget, merge, validation, consolidation)
-    # commit one by one, each all-or-nothing, and a failure leaves the steps before it
-    # committed. One transaction across the steps needs the pinned connection to follow
-    # the align graph's worker threads; see docs/postgres.md.
-    supports_atomic = False
+    #: An align or unalign is one PostgreSQL transaction (`atomic`).
+    supports_atomic = True
 
     @contextmanager
     def lock_writers(self) -> Iterator[None]:

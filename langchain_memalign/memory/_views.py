@@ -145,10 +145,29 @@ class PublishingMemory:
         self.max_staleness = store.staleness
         # The writer's index: changed after each commit, then published in a view.
         self.index = EpisodicIndex(**self._index_options())
+        # While an align or unalign of a shared store is open (`JudgeMemory.atomic`):
+        # the committed version, which readers outside the unit keep seeing.
+        self._held: MemoryView | None = None
         self._view = MemoryView(0, (), None, self.index.frozen())
         self._views: OrderedDict[int, MemoryView] = OrderedDict()
         # Every view still referenced (by a running judgment or `_views`).
         self._live: weakref.WeakSet[MemoryView] = weakref.WeakSet()
+
+    @property
+    def _view(self) -> MemoryView:
+        """The newest published version, as this thread may see it.
+
+        Outside a running unit of a shared store, that is the version committed
+        before it (`_held`); the unit's own threads see its steps.
+        """
+        held = self._held
+        if held is not None and not self.store.in_atomic:
+            return held
+        return self._current
+
+    @_view.setter
+    def _view(self, view: MemoryView) -> None:
+        self._current = view
 
     # -- the episode index ----------------------------------------------------------
 
@@ -292,8 +311,8 @@ class PublishingMemory:
 
         One indexed read of the judge row per judgment (or per `max_staleness`
         seconds). A judgment never waits for a writer of this process: while
-        one holds the index it publishes its own commits, and the judgment
-        reads the version published last.
+        one holds the index the judgment reads the version published last
+        (during an align, the one committed before it: see `_view`).
         """
         now = time.monotonic()
         if now - self._checked_at < self.max_staleness:

@@ -186,18 +186,22 @@ class JudgeMemory(PublishingMemory):
     def atomic(self) -> Iterator[None]:
         """Run one align or unalign as a single transaction: whole or not at all.
 
-        Holds the write lock. The steps inside commit as savepoints and are
-        published to judgments as they complete; if anything raises, every
-        step is rolled back and the in-process index and views are rebuilt
-        from the store, so the memory is exactly as before.
+        Holds the write lock. The steps inside commit as savepoints; if anything
+        raises, every step is rolled back and the in-process index and views are
+        rebuilt from the store, so the memory is exactly as before. On a folder
+        judgments see each step as it completes; on a `shared` store (PostgreSQL)
+        they keep the version before the unit until it commits, as other
+        processes do, while the unit's own threads see its steps.
         """
         with self.write_lock:
             if self.store.in_atomic or not self.store.supports_atomic:
-                # Joined by an enclosing unit; or a database store, whose steps
-                # commit one by one (each all-or-nothing; see docs/postgres.md).
+                # Joined by an enclosing unit; or a store whose steps commit one
+                # by one (each all-or-nothing).
                 yield
                 return
             start = self._view.seq
+            if self.store.shared:
+                self._held = self._view
             try:
                 with self.store.atomic():
                     yield
@@ -206,6 +210,8 @@ class JudgeMemory(PublishingMemory):
                 self.index = self._rebuild_index()
                 self._publish()
                 raise
+            finally:
+                self._held = None
 
     # -- embedding -------------------------------------------------------------------
 

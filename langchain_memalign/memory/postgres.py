@@ -19,6 +19,9 @@ What differs from a folder, and why:
   advisory lock on the judge (`lock_writers`), so two processes never
   reflect on the same feedback at once, and each transaction locks the judge
   row (`SELECT ... FOR UPDATE`) so no commit is lost even without it.
+- A whole `align`/`unalign` is one transaction (`atomic`): its steps are
+  savepoints, read by the run's own threads, and other readers see the
+  version before it until it commits.
 - Readers that need one consistent version (the memory's publish step) read
   inside one `REPEATABLE READ` transaction (`consistent`).
 

@@ -14,6 +14,7 @@ import multiprocessing
 import socket
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -554,3 +555,31 @@ def test_score_calibration_is_stored_in_the_database(make_judge: Any, model: Any
     assert [p.feedback_id for p in other.memory.calibration.pairs] == ["c1", "c2", "c3"]
     judge.close()
     other.close()
+
+
+def test_an_align_outlasting_the_servers_idle_transaction_timeout_fails_whole(
+    make_judge: Any, db: str, responder: Any
+) -> None:
+    """An align is one transaction held open across its model calls (docs/postgres.md): a
+    server that ends sessions idle in a transaction for longer fails the align whole."""
+    from fakes import ScriptedChatModel
+
+    url = judge_url(db)
+    judge = make_judge(path=url)
+    judge.align([SWEATER, HOURS])
+    before = judge.memory.store.dump()
+    judge.close()
+
+    def slow(messages: Any) -> Any:
+        time.sleep(3)  # a model call far longer than the server lets a transaction idle
+        return responder(messages)
+
+    strict = url + "&options=-c%20idle_in_transaction_session_timeout%3D500"
+    impatient = make_judge(path=strict, model=ScriptedChatModel(responder=slow))
+    with pytest.raises(AlignFailedError, match="align failed and was rolled back") as err:
+        impatient.align([SWEATER.model_copy(update={"rationale": "Say sorry first."}), RUDE])
+    assert isinstance(err.value.__cause__, MemoryUnavailableError)
+    assert "idle-in-transaction" in str(err.value)
+    assert impatient.memory.store.dump() == before
+    assert impatient.feedback_ids == ["sweater", "hours"]  # and it still reads
+    impatient.close()

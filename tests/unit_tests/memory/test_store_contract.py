@@ -16,6 +16,7 @@ in the `backend` fixture.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import uuid
 from collections.abc import Iterator
@@ -352,15 +353,35 @@ def test_consistent_reads_see_one_version(store: Store) -> None:
     assert store.change_seq() == seq + 1 and store.feedback_ids() == ["a", "b"]
 
 
-def test_atomic_is_one_unit_where_supported(store: Store) -> None:
+def test_atomic_is_one_unit_where_supported(
+    backend: Backend, store: Store, location: str | Path | None
+) -> None:
     put(store, item("a"))
     start = store.change_seq()
+    other = backend.open(location) if store.shared and location is not None else None
+    seen: dict[str, Any] = {}
+
+    def read_elsewhere() -> None:  # a thread the unit did not start
+        seen["ids"], seen["in_atomic"] = store.feedback_ids(), store.in_atomic
+
     with pytest.raises(RuntimeError, match="midway"), store.atomic():
         assert store.in_atomic is store.supports_atomic
         put(store, item("b"))
         put(store, item("c"))
-        # Readers in this process see each step as it completes.
+        # The unit's thread sees each step as it completes, with a version of its own,
+        # and so do the threads it starts with its context (as LangGraph's workers do).
         assert store.feedback_ids() == ["a", "b", "c"]
+        assert store.change_seq() == start + 2
+        assert contextvars.copy_context().run(store.feedback_ids) == ["a", "b", "c"]
+        if store.shared:
+            # Everyone else reads the version before the unit: another thread, another
+            # process (and a reader there needs no lock).
+            thread = threading.Thread(target=read_elsewhere)
+            thread.start()
+            thread.join(30)
+            assert seen == {"ids": ["a"], "in_atomic": False}
+            assert other is not None
+            assert other.feedback_ids() == ["a"] and other.change_seq() == start
         raise RuntimeError("midway")
     assert store.in_atomic is False
     if store.supports_atomic:
@@ -371,8 +392,29 @@ def test_atomic_is_one_unit_where_supported(store: Store) -> None:
         assert store.change_seq() == start + 2
     with store.atomic():
         put(store, item("d"))
-        put(store, item("e"))
+        with store.atomic():  # a nested unit joins the outer one
+            put(store, item("e"))
+        if other is not None:
+            assert other.feedback_ids()[-2:] != ["d", "e"]
     assert store.feedback_ids()[-2:] == ["d", "e"]
+    if other is not None:  # committed at once, for everyone
+        assert other.feedback_ids()[-2:] == ["d", "e"]
+        assert other.change_seq() == store.change_seq()
+
+
+def test_a_failed_step_inside_a_unit_undoes_only_itself_until_the_unit_ends(
+    store: Store,
+) -> None:
+    put(store, item("a"))
+    start = store.change_seq()
+    with store.atomic():
+        with pytest.raises(RuntimeError, match="step"), store.transaction() as conn:
+            store.put_feedback(conn, item("b"), reflected=False)
+            raise RuntimeError("step")
+        assert store.feedback_ids() == ["a"]
+        put(store, item("c"))
+    assert store.feedback_ids() == ["a", "c"]
+    assert store.change_seq() > start
 
 
 def test_lock_writers_excludes_the_writers_of_other_processes(

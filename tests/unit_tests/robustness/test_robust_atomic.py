@@ -3,12 +3,17 @@
 Replacing a changed item removes the old version's guideline in the same transaction as
 the merge, so a merge that fails afterwards (an embedding outage) leaves the guideline,
 the item and its status as they were, and the caller gets an `AlignFailedError`, not a
-raw `ConnectionError`.
+raw `ConnectionError`. The tests run on every backend (`where`: in process, a folder, a
+PostgreSQL judge on the server of the `pg_server` fixture).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sqlite3
+import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +22,29 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
 
 from langchain_memalign import AlignFailedError, MemAlignJudge
+from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
+from langchain_memalign.memory.backends import open_store
 from langchain_memalign.memory.store import DB_FILE
+
+BACKENDS = ["in-process", "folder", "postgres"]
+
+
+@pytest.fixture(scope="module")
+def atomic_db(pg_server: Any) -> str:
+    """One database for this module; each test's memory is a judge of its own in it."""
+    url: str = pg_server.new_database()
+    return url
+
+
+@pytest.fixture(params=BACKENDS)
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str | None:
+    """Where the test's memory lives: nowhere (in process), a folder or a database judge."""
+    if request.param == "in-process":
+        return None
+    if request.param == "folder":
+        return tmp_path / "mem"
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    return f"{request.getfixturevalue('atomic_db')}?judge=j{uuid.uuid4().hex[:10]}"
 
 
 class FlakyEmbeddings(HashEmbeddings):
@@ -34,18 +61,11 @@ class FlakyEmbeddings(HashEmbeddings):
 
 
 def dump(judge: MemAlignJudge) -> dict[str, Any]:
-    """Everything a memory holds, row by row (the change counters aside)."""
-    conn = judge.memory.store._conn
-    q = {
-        "feedback": "SELECT id, payload, content_hash, reflected FROM feedback ORDER BY id",
-        "episodes": "SELECT rowid, feedback_id, text_hash, vector FROM episodes ORDER BY rowid",
-        "guidelines": "SELECT id, text, vector, position FROM guidelines ORDER BY id",
-        "sources": "SELECT * FROM guideline_sources ORDER BY 1, 2",
-        "history": "SELECT seq, action, feedback_ids, guideline_ids FROM history ORDER BY seq",
-    }
-    out = {k: conn.execute(v).fetchall() for k, v in q.items()}
+    """Everything a memory holds, row by row (its version number and token too), and
+    what judgments read of it."""
+    out = dataclasses.asdict(judge.memory.store.dump())
     out["view"] = [(g.id, g.text, g.source_ids) for g in judge.guidelines]
-    out["index"] = len(judge.memory.index)
+    out["index"] = sorted(judge.memory.index.ids().tolist())
     out["pending"] = judge.memory.pending_ids()
     return out
 
@@ -55,29 +75,38 @@ CHANGED = SWEATER.model_copy(
 )
 
 
-@pytest.mark.parametrize("persisted", [False, True])
 def test_a_failed_merge_of_a_replaced_item_changes_nothing(
-    make_judge: Any, tmp_path: Path, persisted: bool
+    make_judge: Any, where: Path | str | None
 ) -> None:
     emb = FlakyEmbeddings()
-    judge = make_judge(embeddings=emb, path=tmp_path if persisted else None)
+    judge = make_judge(embeddings=emb, path=where)
     judge.align([SWEATER, HOURS])
     assert any("sweater" in g.source_ids for g in judge.guidelines)
     before = dump(judge)
-    file_before = (tmp_path / DB_FILE).read_bytes() if persisted else b""
+    file_before = where.joinpath(DB_FILE).read_bytes() if isinstance(where, Path) else b""
 
     emb.down = True  # reflection succeeds, the merge's embedding call fails
     with pytest.raises(AlignFailedError, match="embedding service unreachable") as err:
         judge.align([CHANGED])
     assert isinstance(err.value.__cause__, ConnectionError)
     assert err.value.operation == "align"
+    assert "rolled back; the memory is unchanged" in str(err.value)
     assert dump(judge) == before
-    if persisted:
+    if isinstance(where, Path):
         # What another process opening the folder sees: the committed file, unchanged.
-        with sqlite3.connect(tmp_path / DB_FILE) as other:
+        with sqlite3.connect(where / DB_FILE) as other:
             rows = other.execute("SELECT id, reflected FROM feedback ORDER BY id").fetchall()
         assert rows == [("hours", 1), ("sweater", 1)]
-        assert (tmp_path / DB_FILE).read_bytes() == file_before
+        assert (where / DB_FILE).read_bytes() == file_before
+    if isinstance(where, str):
+        # What another process sees in the database: the version before the align.
+        other = open_store(where, create=False)
+        try:
+            assert dataclasses.asdict(other.dump()) == {
+                k: v for k, v in before.items() if k not in ("view", "index", "pending")
+            }
+        finally:
+            other.close()
 
     # The memory still works, and the same align goes through once the service is back.
     emb.down = False
@@ -86,12 +115,13 @@ def test_a_failed_merge_of_a_replaced_item_changes_nothing(
     assert report.updated == ["sweater"]
     assert judge.get_feedback("sweater").rationale == CHANGED.rationale
     assert judge.memory.pending_ids() == []
+    judge.close()
 
 
-def test_a_failed_unalign_changes_nothing(make_judge: Any, responder: Any) -> None:
+def test_a_failed_unalign_changes_nothing(make_judge: Any, where: Path | str | None) -> None:
     """Re-deriving a guideline that keeps other sources embeds: an outage there rolls back."""
     emb = FlakyEmbeddings()
-    judge = make_judge(embeddings=emb)
+    judge = make_judge(embeddings=emb, path=where)
     judge.align([SWEATER, RUDE])
     # One guideline citing both items, so unaligning one re-derives it from the other.
     g = judge.guidelines[0]
@@ -105,6 +135,7 @@ def test_a_failed_unalign_changes_nothing(make_judge: Any, responder: Any) -> No
         judge.unalign(["sweater"])
     assert isinstance(err.value.__cause__, ConnectionError)
     assert dump(judge) == before
+    judge.close()
 
 
 LONG = (
@@ -113,33 +144,134 @@ LONG = (
 )
 
 
+# The align graph's nodes, by step (`AlignNodes` method names).
+ALIGN_STEPS = {
+    "forget": "forget_replaced",
+    "reflect": "reflect",
+    "merge": "merge",
+    "validate": "validate",
+    "calibrate": "calibrate",
+    "consolidate": "consolidate",
+}
+
+
+def _fail_after(
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    judge: MemAlignJudge,
+    where: Path | str | None,
+    seen: dict[str, Any],
+) -> None:
+    """Make `AlignNodes.<method>` do its work, note what readers see, then raise."""
+    original = getattr(AlignNodes, method)
+
+    @functools.wraps(original)  # the same signature: LangGraph passes `config` by it
+    def faulty(self: AlignNodes, *args: Any) -> Any:
+        original(self, *args)
+        mem = self.memory
+        seen["inside"] = mem.store.change_seq()  # the unit's own, uncommitted version
+
+        def outside() -> None:  # a judgment of another thread of this process
+            seen["outside"] = mem.snapshot().seq, [g.id for g in mem.snapshot().guidelines]
+
+        reader = threading.Thread(target=outside)
+        reader.start()
+        reader.join(60)
+        if isinstance(where, str):  # and another process, on a database
+            other = open_store(where, create=False)
+            try:
+                seen["other"] = dataclasses.asdict(other.dump())
+            finally:
+                other.close()
+        raise OSError(f"fault in {method}")
+
+    monkeypatch.setattr(AlignNodes, method, faulty)
+    # The graphs bind their nodes' methods when built: rebuild them to pick up the patch.
+    judge._run.align_graph = build_align_graph(judge._align_nodes)
+    judge._run.unalign_graph = build_unalign_graph(judge._align_nodes)
+
+
+@pytest.mark.parametrize("step", list(ALIGN_STEPS))
+def test_a_fault_at_any_step_of_a_replacing_align_changes_nothing(
+    make_judge: Any, where: Path | str | None, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forget step commits first: a fault at it or any later step undoes everything,
+    and until then readers outside the align see the version before it on a shared store."""
+    judge = make_judge(
+        path=where, guideline_token_budget=50, options={"validation": {"mode": "sources"}}
+    )
+    judge.align([SWEATER, HOURS])
+    before = dump(judge)
+    start = before["meta"]["change_seq"]
+    seen: dict[str, Any] = {}
+    _fail_after(monkeypatch, ALIGN_STEPS[step], judge, where, seen)
+    with pytest.raises(
+        AlignFailedError, match=f"rolled back.*OSError: fault in {ALIGN_STEPS[step]}"
+    ):
+        judge.align([CHANGED, fb("x", "Where is my parcel?", "Lost.", False, LONG)])
+    # The steps before the fault had written (the old version's guideline was forgotten).
+    assert seen["inside"] > start
+    if judge.memory.shared:
+        assert seen["outside"] == (start, [g[0] for g in before["view"]])
+        assert seen["other"] == {
+            k: v for k, v in before.items() if k not in ("view", "index", "pending")
+        }
+    assert dump(judge) == before
+
+    monkeypatch.undo()
+    judge._run.align_graph = build_align_graph(judge._align_nodes)
+    report = judge.align([CHANGED])
+    assert report.updated == ["sweater"] and judge.memory.pending_ids() == []
+    judge.close()
+
+
+def test_a_fault_after_the_unalign_step_changes_nothing(
+    make_judge: Any, where: Path | str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    judge = make_judge(path=where)
+    judge.align([SWEATER, HOURS, RUDE])
+    before = dump(judge)
+    seen: dict[str, Any] = {}
+    _fail_after(monkeypatch, "unalign", judge, where, seen)
+    with pytest.raises(AlignFailedError, match="unalign failed and was rolled back"):
+        judge.unalign(["sweater", "rude"])
+    assert seen["inside"] > before["meta"]["change_seq"]
+    if judge.memory.shared:
+        assert seen["outside"][0] == before["meta"]["change_seq"]
+        assert seen["other"]["feedback"] == before["feedback"]
+    assert dump(judge) == before
+    monkeypatch.undo()
+    judge._run.unalign_graph = build_unalign_graph(judge._align_nodes)
+    judge.unalign(["sweater", "rude"])
+    assert judge.feedback_ids == ["hours"]
+    judge.close()
+
+
 def test_a_failure_after_several_steps_rolls_all_of_them_back(
-    make_judge: Any, monkeypatch: pytest.MonkeyPatch
+    make_judge: Any, where: Path | str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Consolidation commits after the merge: a crash there undoes the merge too."""
-    judge = make_judge(guideline_token_budget=50)
+    judge = make_judge(path=where, guideline_token_budget=50)
     judge.align([HOURS])
     before = dump(judge)
-    from langchain_memalign.graphs.align import AlignNodes
 
     def crash(self: Any, state: Any, config: Any) -> Any:
         raise OSError("disk unplugged")
 
     monkeypatch.setattr(AlignNodes, "consolidate", crash)
     # The graph binds its nodes' methods when built: rebuild it to pick up the patch.
-    from langchain_memalign.graphs.align import build_align_graph
-
     judge._run.align_graph = build_align_graph(judge._align_nodes)
     with pytest.raises(AlignFailedError, match="OSError: disk unplugged"):
         judge.align([SWEATER, fb("x", "Where is my parcel?", "Lost.", False, LONG)])
     assert dump(judge) == before
+    judge.close()
 
 
 def test_judgments_during_a_failed_align_and_after_see_a_whole_memory(
-    make_judge: Any,
+    make_judge: Any, where: Path | str | None
 ) -> None:
     emb = FlakyEmbeddings()
-    judge = make_judge(embeddings=emb)
+    judge = make_judge(embeddings=emb, path=where)
     judge.align([SWEATER, HOURS])
     seq = judge.memory.snapshot().seq
     emb.down = True
@@ -150,9 +282,15 @@ def test_judgments_during_a_failed_align_and_after_see_a_whole_memory(
     assert view.seq == seq and [g.id for g in view.guidelines] == [
         g.id for g in judge.memory.store.load_guidelines()[0]
     ]
-    # The next commit gets a fresh version number, never one a rolled-back step had.
     judge.align([RUDE])
-    assert judge.memory.snapshot().seq > seq + 1
+    if judge.memory.shared:
+        # No reader saw the rolled-back steps' versions: the next commit takes the next one.
+        assert judge.memory.snapshot().seq == seq + 1
+    else:
+        # Readers in process saw the steps: the next commit gets a version number no
+        # rolled-back step had.
+        assert judge.memory.snapshot().seq > seq + 1
+    judge.close()
 
 
 def test_realigning_with_only_new_metadata_updates_the_item(

@@ -1,9 +1,12 @@
-"""SIGKILL during aligns and unaligns of a folder-backed memory: each call is whole or absent.
+"""SIGKILL during aligns and unaligns: each call is whole or absent, in a folder or a database.
 
-Every `align` and `unalign` is one SQLite transaction, so a process
-killed in the middle of one leaves a hot journal that SQLite rolls back on the next open:
-the folder holds each call completely or not at all. CI kills 4 times;
-`MEMALIGN_KILLS=40` runs the figure quoted in docs/persistence.md.
+Every `align` and `unalign` is one transaction. In a folder, a process killed in the
+middle of one leaves a hot journal that SQLite rolls back on the next open; on
+PostgreSQL, the server rolls back the transaction of the session the kill ended. The
+memory holds each call completely or not at all, and a replaced item's correction is
+never lost (the old version with its guideline, or the new one with its own). CI kills
+4 times per backend; `MEMALIGN_KILLS=40` runs the figures quoted in docs/persistence.md
+and docs/postgres.md.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from fakes import HashEmbeddings
 from sigkill import run_and_kill
 
@@ -31,7 +35,7 @@ from langchain_memalign import Feedback, MemAlignJudge
 judge = MemAlignJudge(
     name="helpfulness", instructions="Is it helpful? {{inputs}} {{outputs}}",
     model=ScriptedChatModel(responder=RoleResponder()), embeddings=HashEmbeddings(),
-    scale=bool, k=3, path={folder!r},
+    scale=bool, k=3, path={where!r},
     options={{"validation": {{"mode": "off"}},
               "reflection": {{"source_support": None, "guideline_token_budget": 60}}}},
 )
@@ -53,17 +57,26 @@ while True:
 """
 
 
-def test_sigkill_during_folder_aligns_leaves_whole_calls_only(tmp_path: Path, model: Any) -> None:
-    folder = tmp_path / "mem"
+@pytest.mark.parametrize("backend", ["folder", "postgres"])
+def test_sigkill_during_aligns_leaves_whole_calls_only(
+    tmp_path: Path, model: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    where: str | Path
+    if backend == "folder":
+        where = tmp_path / "mem"
+    else:
+        pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+        db = request.getfixturevalue("pg_server").new_database()
+        where = f"{db}?judge=killed"
     tests = str(Path(__file__).resolve().parents[2])
-    code = _WORKER.format(tests=tests, folder=str(folder))
+    code = _WORKER.format(tests=tests, where=str(where))
     rng = np.random.default_rng(1313)
-    opened = 0
+    opened = replaced = 0
     for _ in range(KILLS):
         run_and_kill(code, rng)
-        if not (folder / DB_FILE).exists():
+        if isinstance(where, Path) and not (where / DB_FILE).exists():
             continue
-        judge = MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
+        judge = MemAlignJudge.load(where, model=model, embeddings=HashEmbeddings())
         opened += 1
         ids = judge.feedback_ids
         rounds: dict[str, set[str]] = {}
@@ -81,5 +94,14 @@ def test_sigkill_during_folder_aligns_leaves_whole_calls_only(tmp_path: Path, mo
         # No reflection fails in the worker: a pending item is half an align (the old
         # version forgotten and committed, the new one never merged).
         assert judge.memory.pending_ids() == []
+        # Every item is taught by a guideline: the old version with its own, or the
+        # expert's correction with its new one (never the old text without its rule).
+        cited = {s for g in judge.guidelines for s in g.source_ids}
+        assert cited == set(ids), set(ids) - cited
+        replaced += sum(
+            1 for fb in judge.memory.feedback(ids).values() if fb.inputs == "changed case"
+        )
         judge.close()
     assert opened >= 1
+    if KILLS >= 10:  # enough kills to land some inside replacing aligns
+        assert replaced > 0
