@@ -37,6 +37,12 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prequential import (
+    AgreementHistory,
+    AgreementWindow,
+    AlignMarker,
+    ReviewPoint,
+)
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
 from langchain_memalign.result import JudgeResult
 from langchain_memalign.rules import RejectedRule, Rule, Rulebook, RuleChange
@@ -46,8 +52,11 @@ if TYPE_CHECKING:
     from langchain_memalign.evaluation.report import AgreementReport
 
 __all__ = [
+    "AgreementHistory",
     "AgreementReport",
+    "AgreementWindow",
     "AlignFailedError",
+    "AlignMarker",
     "AlignReport",
     "CalibrationOptions",
     "CalibrationReport",
@@ -74,6 +83,7 @@ __all__ = [
     "ReflectionOptions",
     "RejectedRule",
     "RetrievalOptions",
+    "ReviewPoint",
     "Rule",
     "RuleChange",
     "Rulebook",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -27,6 +27,8 @@ from langchain_memalign.errors import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
+from langchain_memalign.graphs.judge import JudgeNodes
+from langchain_memalign.graphs.score_first import grade_before_learning
 from langchain_memalign.memory.calibration import MAX_LEVELS, calibrates
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
@@ -41,26 +43,47 @@ class AlignmentRun:
         memory: JudgeMemory,
         align_graph: CompiledStateGraph[AlignState, None, AlignState, AlignState],
         unalign_graph: CompiledStateGraph[UnalignState, None, UnalignState, UnalignState],
+        judge_nodes: JudgeNodes | None = None,
     ) -> None:
         self.memory = memory
         self.align_graph = align_graph
         self.unalign_graph = unalign_graph
+        self.judge_nodes = judge_nodes
 
     def align(
-        self, items: list[Feedback], config: RunnableConfig, *, raise_on_failure: bool
+        self,
+        items: list[Feedback],
+        config: RunnableConfig,
+        *,
+        raise_on_failure: bool,
+        prior_verdicts: dict[str, tuple[Any, str]] | None = None,
+        score_first: bool = False,
     ) -> AlignReport:
         """Learn from validated feedback (see `MemAlignJudge.align`).
 
         One transaction: forgetting what changed items fed, storing, merging,
-        validating and consolidating commit together or not at all.
+        validating and consolidating commit together or not at all. With
+        `score_first`, the new items without a verdict in `prior_verdicts` are
+        graded first, inside the transaction: no other align changes the memory
+        between their grading and their learning.
         """
         started = time.perf_counter()
         mem = self.memory
+        prior = dict(prior_verdicts or {})
+        graded: dict[str, Any] = {}
+        first_usage, first_errors = Usage(), list[str]()
         # `atomic` holds the write lock; outside it, so that a database memory that
         # cannot take its writer lock fails the call like any later step does.
         with _rolled_back_as_documented("align", mem.store.supports_atomic), mem.atomic():
+            if score_first and self.judge_nodes is not None:
+                known = mem.store.feedback_state(fb.id for fb in items)
+                new = [fb for fb in items if fb.id not in known and fb.id not in prior]
+                graded, first_usage, first_errors = grade_before_learning(
+                    mem, self.judge_nodes, new, config
+                )
+                prior.update({fid: (v, "score_first") for fid, v in graded.items()})
             before = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
-            out = self.align_graph.invoke({"feedback": items}, config)
+            out = self.align_graph.invoke({"feedback": items, "prior_verdicts": prior}, config)
             after = {g.id: (g.text, g.source_ids) for g in mem.guidelines}
         report = AlignReport(
             added=list(out.get("added") or []),
@@ -75,8 +98,10 @@ class AlignmentRun:
             guidelines_rejected=list(out.get("rejected") or []),
             validation=list(out.get("validation") or []),
             calibration=out.get("calibration"),
-            errors=list(out.get("errors") or []),
-            usage=Usage.sum(out.get("usages") or []),
+            graded_first=list(graded),
+            agreement_recorded=list(out.get("recorded") or []),
+            errors=first_errors + list(out.get("errors") or []),
+            usage=first_usage + Usage.sum(out.get("usages") or []),
             seconds=time.perf_counter() - started,
         )
         if report.failed and raise_on_failure:

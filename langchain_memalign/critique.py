@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
@@ -279,11 +280,15 @@ class SelfCritique:
         metadata: Mapping[str, Any] | None = None,
         config: RunnableConfig | None = None,
     ) -> AlignReport:
-        """Align the judge with a reviewer's verdict on the last draft (see `feedback`)."""
+        """Align the judge with a reviewer's verdict on the last draft (see `feedback`).
+
+        The critique's verdict, given before the judge learned this review, goes into
+        the judge's agreement series beside the reviewer's (`agreement_history`).
+        """
         fb = self.feedback(
             state, id=id, value=value, rationale=rationale, annotator=annotator, metadata=metadata
         )
-        return self.judge.align([fb], config)
+        return self.judge._align([fb], config, **self._earlier(state, fb))
 
     async def arecord(
         self,
@@ -300,4 +305,10 @@ class SelfCritique:
         fb = self.feedback(
             state, id=id, value=value, rationale=rationale, annotator=annotator, metadata=metadata
         )
-        return await self.judge.aalign([fb], config)
+        earlier = self._earlier(state, fb)
+        return await asyncio.to_thread(self.judge._align, [fb], config, **earlier)
+
+    def _earlier(self, state: Any, fb: Feedback) -> dict[str, Any]:
+        """`_align`'s arguments recording the critique's verdict as the judge's earlier one."""
+        judged = label_of(self._critique_of(state)["result"])
+        return {"prior_verdicts": {fb.id: judged}, "prior_source": "self_critique"}

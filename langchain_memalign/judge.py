@@ -36,8 +36,9 @@ from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.postgres import is_postgres_url
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.models import resolve_chat_model, resolve_embeddings
+from langchain_memalign.prequential import AgreementHistory, history_of
 from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport
-from langchain_memalign.result import JudgeResult
+from langchain_memalign.result import JudgeResult, label_of
 from langchain_memalign.rules import Rulebook
 from langchain_memalign.scale import Scale, ScaleSpec
 
@@ -162,7 +163,9 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         self.unalign_graph: CompiledStateGraph[UnalignState, None, UnalignState, UnalignState] = (
             build_unalign_graph(self._align_nodes)
         )
-        self._run = AlignmentRun(memory, self.align_graph, self.unalign_graph)
+        self._run = AlignmentRun(
+            memory, self.align_graph, self.unalign_graph, judge_nodes=self._judge_nodes
+        )
         self._chain = (
             PrepareCases(memory) | self.graph | TakeResult(memory.config.scale)
         ).with_config(run_name=self.name)
@@ -351,6 +354,30 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             self, feedback, config, ordinal=ordinal, max_concurrency=max_concurrency
         )
 
+    def agreement_history(self, window: int = 20) -> AgreementHistory:
+        """Is the judge getting better? Its agreement with each review before learning it.
+
+        Every review recorded in the memory's agreement series (see
+        `langchain_memalign.prequential`) is the judge's verdict on a case from
+        before it learned the expert's, beside the expert's: LangSmith reviews of
+        runs the judge had judged (its verdict there), items aligned with
+        `score_first=True`, and verdicts given to `align(prior_verdicts=...)`.
+        Reads the memory only: no model call.
+
+        Args:
+            window: Reviews per window, in arrival order; the last window may hold
+                fewer. Counted in reviews rather than time, so that every window
+                weighs alike however unevenly the reviews arrived.
+
+        Returns:
+            Per window: the count, accuracy (label scales and integer scores),
+            Cohen's kappa (quadratic-weighted on integer scores) and MAE (numeric
+            scales); where each align happened (`aligns`); every review (`points`)
+            and the whole series as one window (`overall`).
+        """
+        rows = self.memory.store.prequential()
+        return history_of(rows, self.scale, judge=self.config.name, window=window)
+
     async def aagreement(
         self,
         feedback: Iterable[Feedback | dict[str, Any]],
@@ -389,12 +416,32 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                          else fb.model_copy(update={"value": value}))  # fmt: skip
         return items
 
+    def _prior_verdicts(
+        self, items: list[Feedback], given: Mapping[str, Any] | None, source: str
+    ) -> dict[str, tuple[Any, str]]:
+        """`align`'s `prior_verdicts` on the judge's scale, checked before any model call."""
+        if not given:
+            return {}
+        ids = {fb.id for fb in items}
+        unknown = sorted(str(i) for i in given if i not in ids)
+        if unknown:
+            raise InvalidFeedbackError(
+                f"prior_verdicts names feedback not in this align call: {unknown}"
+            )
+        out: dict[str, tuple[Any, str]] = {}
+        for fid, verdict in given.items():
+            value = label_of(verdict) if isinstance(verdict, Mapping) else verdict
+            out[fid] = (self.scale.validate_value(value, feedback_id=fid), source)
+        return out
+
     def align(
         self,
         feedback: Iterable[Feedback | dict[str, Any]],
         config: RunnableConfig | None = None,
         *,
         raise_on_failure: bool = True,
+        score_first: bool = False,
+        prior_verdicts: Mapping[str, Any] | None = None,
     ) -> AlignReport:
         """Learn from feedback: store episodes, distill and merge guidelines.
 
@@ -406,8 +453,32 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         of `langchain_memalign.limits`) before any model call, and the whole
         call is one transaction: it commits completely or not at all.
 
+        Every align is marked in the memory's agreement series, after the reviews
+        recorded for it (see `agreement_history`). A new item gets a point in the
+        series when the judge's verdict on its case from before this align is
+        known:
+
+        Args:
+            feedback: The feedback (`Feedback` or dicts of its fields).
+            config: Runnable config for the model calls (callbacks, tags).
+            raise_on_failure: Raise `ReflectionError` when reflection failed for
+                some feedback (else it is in the report's `failed`).
+            score_first: Grade each new item (an id not stored yet, without a
+                verdict in `prior_verdicts`) with the judge as it is before this
+                align, one judgment each, and record the verdict beside the
+                expert's: a prequential test of the judge (`report.graded_first`;
+                the calls are in `report.usage`). The grading never reuses an
+                expert's verdict on an identical case. Not to be confused with
+                `options.prompt.verdict_order="score_first"`, which asks the model
+                for the score before the rationale.
+            prior_verdicts: The judge's verdicts on some of these cases from before
+                it learned them, by feedback id (a `JudgeResult` the caller kept,
+                or its label), recorded beside the experts' at no cost. Ids must
+                be in `feedback`; only items new to the memory get a point.
+
         Raises:
-            InvalidFeedbackError: malformed feedback or a value outside the scale.
+            InvalidFeedbackError: malformed feedback or a value outside the scale, or
+                a prior verdict off the scale or for an id not in `feedback`.
             LimitExceededError: feedback over a size limit (an `InvalidFeedbackError`).
             AlignFailedError: the call failed part-way (a provider error, most
                 often) and was rolled back: the memory is unchanged.
@@ -415,8 +486,37 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 `raise_on_failure`); their feedback is stored and retried by the
                 next `align`, and the error carries the report.
         """
+        return self._align(
+            feedback,
+            config,
+            raise_on_failure=raise_on_failure,
+            score_first=score_first,
+            prior_verdicts=prior_verdicts,
+        )
+
+    def _align(
+        self,
+        feedback: Iterable[Feedback | dict[str, Any]],
+        config: RunnableConfig | None = None,
+        *,
+        raise_on_failure: bool = True,
+        score_first: bool = False,
+        prior_verdicts: Mapping[str, Any] | None = None,
+        prior_source: str = "given",
+    ) -> AlignReport:
+        """`align`, with where `prior_verdicts` came from (the agreement series keeps it).
+
+        The LangSmith integration passes "langsmith": the verdicts it read there.
+        """
         items = self._validate(feedback)
-        return self._run.align(items, ensure_config(config), raise_on_failure=raise_on_failure)
+        prior = self._prior_verdicts(items, prior_verdicts, prior_source)
+        return self._run.align(
+            items,
+            ensure_config(config),
+            raise_on_failure=raise_on_failure,
+            prior_verdicts=prior,
+            score_first=score_first,
+        )
 
     async def aalign(
         self,
@@ -424,10 +524,19 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         config: RunnableConfig | None = None,
         *,
         raise_on_failure: bool = True,
+        score_first: bool = False,
+        prior_verdicts: Mapping[str, Any] | None = None,
     ) -> AlignReport:
         """Async twin of `align` (runs off the event loop)."""
         items = list(feedback)
-        return await asyncio.to_thread(self.align, items, config, raise_on_failure=raise_on_failure)
+        return await asyncio.to_thread(
+            self.align,
+            items,
+            config,
+            raise_on_failure=raise_on_failure,
+            score_first=score_first,
+            prior_verdicts=prior_verdicts,
+        )
 
     def unalign(self, ids: Sequence[str], config: RunnableConfig | None = None) -> UnalignReport:
         """Remove feedback and everything derived from it.

@@ -136,6 +136,16 @@ class AlignReport(BaseModel):
         default=None,
         description="The calibration step on integer scales (None when it did not run).",
     )
+    graded_first: list[str] = Field(
+        default_factory=list,
+        description="New feedback ids the judge graded before learning them "
+        "(`align(score_first=True)`): one judgment each, counted in `usage`.",
+    )
+    agreement_recorded: list[str] = Field(
+        default_factory=list,
+        description="New feedback ids recorded in the agreement series beside the judge's "
+        "verdict from before it learned them (graded first, or given as `prior_verdicts`).",
+    )
     errors: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     seconds: float = 0.0
@@ -172,6 +182,8 @@ class AlignReport(BaseModel):
             guidelines_rejected=[x for r in reports for x in r.guidelines_rejected],
             validation=[c for r in reports for c in r.validation],
             calibration=_merge_calibration([r.calibration for r in reports]),
+            graded_first=cat("graded_first"),
+            agreement_recorded=cat("agreement_recorded"),
             errors=[e for r in reports for e in r.errors],
             usage=Usage.sum(r.usage for r in reports),
             seconds=sum(r.seconds for r in reports),

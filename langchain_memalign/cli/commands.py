@@ -124,7 +124,11 @@ def cmd_align(ctx: Context) -> int:
                 label = f"aligning {done + 1}-{done + len(chunk)} of {len(items)}"
                 with ctx.align_steps(label) as steps:
                     config = RunnableConfig(callbacks=[steps]) if steps is not None else None
-                    reports.append(judge.align(chunk, config, raise_on_failure=False))
+                    reports.append(
+                        judge.align(
+                            chunk, config, raise_on_failure=False, score_first=args.score_first
+                        )
+                    )
                 done += len(chunk)
             total = AlignReport.merge(reports)
             out["files"] = total
@@ -140,6 +144,8 @@ def cmd_align(ctx: Context) -> int:
                     f"{len(total.guidelines_removed)} removed; now {len(judge.guidelines)}."
                 )
                 _print_checks(total)
+                if args.score_first:
+                    _print_scored_first(judge, total)
                 echo(f"Cost: {usage_line(total.usage, total.seconds)}")
         elif args.files:
             echo("No feedback in the files.", file=sys.stderr)
@@ -167,6 +173,17 @@ def cmd_align(ctx: Context) -> int:
     finally:
         judge.close()
     return EXIT_OK
+
+
+def _print_scored_first(judge: MemAlignJudge, report: AlignReport) -> None:
+    """How the judge did on the new items it graded before learning them (`--score-first`)."""
+    points = judge.memory.store.prequential(report.agreement_recorded)
+    agreed = sum(p["judge"] == p["expert"] for p in points)
+    share = f": it agreed with {agreed} of {len(points)}" if points else ""
+    echo(
+        f"Scored first: {len(report.graded_first)} new item(s) judged before learning them"
+        f"{share} (memalign show --curve for the series)"
+    )
 
 
 def _print_checks(report: AlignReport) -> None:

@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         "distill guidelines from the rationales. Aligning the same feedback again costs "
         "nothing; an id with a new value or rationale replaces the old item.",
         epilog=FEEDBACK_FORMAT + "\nExample:\n  memalign align -c judge.toml feedback.jsonl\n"
+        "  memalign align -c judge.toml --score-first new-reviews.jsonl\n"
         "  memalign align -c judge.toml --langsmith-project support-bot --conflicts majority",
         formatter_class=fmt,
     )
@@ -269,6 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=32,
         metavar="N",
         help="feedback items per align call; each call names its steps as they run (default: 32)",
+    )
+    p.add_argument(
+        "--score-first",
+        action="store_true",
+        help="judge each new item from the files once before learning it, and record the "
+        "verdict beside the expert's (one judge call each; see `memalign show --curve`). "
+        "LangSmith reviews need no call: the judge's verdict on the run is used",
     )
     p.add_argument("--json", action="store_true", help="print the align report as JSON")
     _common(p)
@@ -358,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         "they came from, the counts of feedback, episodes and guidelines, and the history "
         "of changes. Reads the memory folder only: no model or API key is needed.",
         epilog="Example:\n  memalign show -c judge.toml --feedback\n"
+        "  memalign show -c judge.toml --curve agreement.png --window 10\n"
         "  memalign show --memory memalign_memory/helpfulness --json",
         formatter_class=fmt,
     )
@@ -369,6 +378,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="latest history entries to show (default: 20; -1: all; 0: none)",
     )
     p.add_argument("--feedback", action="store_true", help="also list the stored feedback")
+    p.add_argument(
+        "--curve",
+        nargs="?",
+        const="",
+        metavar="PNG",
+        help="instead: is the judge getting better? Print its agreement with each review "
+        "from before it learned it, by windows of reviews, with where each align happened, "
+        "and draw it as a PNG (default: <judge>-agreement.png; needs the `plot` extra)",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive,
+        default=20,
+        metavar="N",
+        help="with --curve: reviews per window (default: 20)",
+    )
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     _common(p, needs_models=False)
     p.set_defaults(func=cmd_show)

@@ -60,6 +60,10 @@ def memory_summary(
 def cmd_show(ctx: Context) -> int:
     """Show the memory: guidelines with their sources, counts and history. No model needed."""
     args = ctx.args
+    if args.curve is not None:
+        from langchain_memalign.cli.curve import show_curve
+
+        return show_curve(ctx)
     folder = ctx.memory()
     try:
         info = memory_summary(

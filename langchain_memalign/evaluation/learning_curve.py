@@ -8,7 +8,7 @@ feedback seen so far and on the test set, and record what the alignment cost
 (seconds, LLM calls and tokens, counted with a LangChain callback handler).
 Repeat for several seeds (each reshuffles the split and the order of the
 pool). Save the result as JSON and draw it as a PNG (matplotlib, an optional
-dependency: `pip install "langchain-memalign[bench]"`).
+dependency: `pip install "langchain-memalign[plot]"`).
 
 Example:
     ```python
@@ -137,7 +137,7 @@ class LearningCurve(BaseModel):
         return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
 
     def plot(self, path: str | os.PathLike[str], metric: str = "accuracy") -> Path:
-        """Draw this curve as a PNG (see `plots.plot_curves`; needs the `[bench]` extra)."""
+        """Draw this curve as a PNG (see `plots.plot_curves`; needs the `[plot]` extra)."""
         from langchain_memalign.evaluation.plots import plot_curves
 
         return plot_curves({self.name: self}, path, metric=metric)

@@ -32,6 +32,11 @@ class AlignState(TypedDict, total=False):
 
     # The call's feedback (validated), and its ids as `classify` sorted them.
     feedback: list[Feedback]
+    # The judge's verdicts on some of the cases from before it learned them, by feedback
+    # id: (verdict, where it came from). `merge` records them in the agreement series.
+    prior_verdicts: dict[str, tuple[Any, str]]
+    # The feedback ids whose review `merge` added to the agreement series.
+    recorded: list[str]
     added: list[str]
     updated: list[str]
     retagged: list[str]

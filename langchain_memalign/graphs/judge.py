@@ -361,6 +361,17 @@ class JudgeNodes:
         )
         return self._result(state, verdict)
 
+    def judge_afresh(self, state: JudgeState, config: RunnableConfig) -> tuple[Any, Usage]:
+        """The verdict `judge` gives, with the model even on a case experts graded; its cost.
+
+        For scoring a case before the judge learns it (`align(score_first=True)`): an
+        expert verdict reused would measure the memory, not the judge.
+        """
+        verdict = self.grade(
+            self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
+        )
+        return self._result(state, verdict)["result"]["score"], verdict.usage
+
     async def ajudge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Async twin of `judge`."""
         known = self.expert_verdict(state)

@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 
 from langchain_memalign import limits
+from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.graphs.provenance import (
     TOPIC_SEARCH_DEPTH,
@@ -22,7 +23,7 @@ from langchain_memalign.graphs.provenance import (
     supporting_sources,
 )
 from langchain_memalign.memory.episodic import as_matrix
-from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.judge_memory import JudgeMemory, MemoryWrite
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Proposal, merge_proposals
 from langchain_memalign.reports import RejectedGuideline, Usage
@@ -180,11 +181,33 @@ class MergeStep:
                 "align", [fb.id for fb in to_store] + sorted(reflected),
                 [g.id for g in plan.added + plan.updated],
             )  # fmt: skip
+            recorded = self._record_reviews(w, state, to_store)
         return {
+            "recorded": recorded,
             "usages": [usage],
             "rejected": rejected,
             "new_guidelines": [g.id for g in plan.added],
         }
+
+    @staticmethod
+    def _record_reviews(w: MemoryWrite, state: AlignState, to_store: list[Feedback]) -> list[str]:
+        """The agreement series: each review beside the judge's earlier verdict, then the align.
+
+        In the write that stores the feedback, so a point never outlives its item.
+        A new item with an earlier verdict gets a point; a changed item keeps its
+        point (its verdict predates the first version too) with the new expert
+        verdict. The align is marked after its reviews: they were graded before it.
+        """
+        prior = state.get("prior_verdicts") or {}
+        added = set(state.get("added") or [])
+        recorded: list[str] = []
+        for fb in to_store:
+            judge, source = prior.get(fb.id, (None, None)) if fb.id in added else (None, None)
+            if w.record_review(fb.id, fb.value, judge=judge, source=source) and fb.id in added:
+                recorded.append(fb.id)
+        if to_store:
+            w.mark_align(len(to_store))
+        return recorded
 
     def _nearest_topics(
         self, vector: np.ndarray, new: dict[str, np.ndarray], hashes: dict[str, str], n: int = 2

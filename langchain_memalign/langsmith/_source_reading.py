@@ -108,7 +108,14 @@ class _SourceReader:
         run_ids: Sequence[str] | None = None,
         created_since: dt.datetime | None = None,
         stamps: dict[str, str] | None = None,
+        verdicts: dict[str, tuple[str, Any]] | None = None,
     ) -> tuple[list[_Review], dict[str, str]]:
+        """The reviews on `key` in scope (or on `run_ids`), and why others were skipped.
+
+        `verdicts`, when given, gains the judge's own verdict on each listed run
+        (model feedback, read while listing: `(created_at, label)`, the latest per
+        run); only listings that include model feedback (`corrections`) see them.
+        """
         wanted = set(self.source_types) | ({"model"} if self.corrections else set())
         # Offset pages can overlap when feedback is added during the listing: keep one
         # copy of each record (the latest), or it would be aligned and counted twice.
@@ -124,6 +131,8 @@ class _SourceReader:
             if stamps is not None:  # where the next incremental sync starts from
                 _advance(stamps, "created", fb.created_at)
                 _advance(stamps, "modified", fb.modified_at)
+            if verdicts is not None:
+                _keep_verdict(verdicts, fb, scale)
             review = self._review(fb, scale, skipped)
             if review is not None:
                 seen = reviews.get(review.langsmith_id)
@@ -310,3 +319,20 @@ class _SourceReader:
         chosen = [r for r in reviews if r.langsmith_id in kept]
         for i in range(0, len(chosen), self.batch_size):
             yield from self._build(chosen[i : i + self.batch_size], skipped)
+
+
+def _keep_verdict(
+    verdicts: dict[str, tuple[str, Any]], fb: ls_schemas.Feedback, scale: Scale | None
+) -> None:
+    """Keep `fb` in `verdicts` if it is a judge's verdict on its run, newer than the kept one.
+
+    The verdict as written: a reviewer's correction of it is a review, not the verdict.
+    """
+    record = fb.model_dump(mode="json")
+    source_type = str((record.get("feedback_source") or {}).get("type") or "").lower()
+    if source_type != "model" or fb.run_id is None:
+        return
+    label = read_label(scale, record, ("value", "score"))
+    run_id, stamp = str(fb.run_id), str(fb.created_at or "")
+    if label is not MISSING and (run_id not in verdicts or stamp >= verdicts[run_id][0]):
+        verdicts[run_id] = (stamp, label)

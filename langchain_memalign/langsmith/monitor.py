@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
-from langchain_memalign.langsmith._fields import MISSING, distance, read_label
+from langchain_memalign.langsmith._fields import distance
 from langchain_memalign.langsmith._source_types import SyncReport
 from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
 from langchain_memalign.langsmith.queue import JudgeAnnotationQueue
@@ -189,36 +189,34 @@ class JudgeMonitor:
     # -- steps -----------------------------------------------------------------------------
 
     def _agreement(self, pulled: SyncReport) -> list[ReviewAgreement]:
-        """Each newly learned review beside the verdict the judge had written on its run."""
-        reviews: dict[str, tuple[str, Any]] = {}
+        """Each newly learned review beside the verdict the judge had written on its run.
+
+        The pull recorded them in the judge's agreement series before learning the
+        reviews (`LangSmithFeedbackSource`): read back from the memory, no call.
+        """
         learned = [*pulled.added, *pulled.updated]
-        stored = self.judge.memory.feedback(learned) if learned else {}
-        for fid, item in stored.items():
+        if not learned:
+            return []
+        points = self.judge.memory.store.prequential(learned)
+        stored = self.judge.memory.feedback([p["feedback_id"] for p in points if p["feedback_id"]])
+        scale = self.judge.scale
+        out: list[ReviewAgreement] = []
+        for p in points:
+            item = stored.get(p["feedback_id"] or "")
+            if item is None or p["source"] != "langsmith":
+                continue
             run_id = ((item.metadata or {}).get("langsmith") or {}).get("run_id")
             if run_id:
-                reviews[str(run_id)] = (fid, item.value)
-        if not reviews:
-            return []
-        scale = self.judge.scale
-        earlier: dict[str, Any] = {}
-        for fb in self.api.list_feedback(
-            key=self.judge.config.name, source_types=["model"], run_ids=list(reviews)
-        ):
-            # The verdict as written: a reviewer's correction of it is the review itself.
-            label = read_label(scale, fb.model_dump(mode="json"), ("value", "score"))
-            if label is not MISSING and fb.run_id is not None:
-                earlier[str(fb.run_id)] = label
-        return [
-            ReviewAgreement(
-                run_id=run_id,
-                feedback_id=fid,
-                judge=earlier[run_id],
-                expert=value,
-                agrees=distance(scale, earlier[run_id], value) == 0,
-            )
-            for run_id, (fid, value) in reviews.items()
-            if run_id in earlier
-        ]
+                out.append(
+                    ReviewAgreement(
+                        run_id=str(run_id),
+                        feedback_id=item.id,
+                        judge=p["judge"],
+                        expert=p["expert"],
+                        agrees=distance(scale, p["judge"], p["expert"]) == 0,
+                    )
+                )
+        return out
 
     def _judge_new(self, cycle: MonitorCycle) -> None:
         self.queue.ensure()  # the key's feedback config on the judge's scale, or an error

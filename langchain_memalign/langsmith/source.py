@@ -27,10 +27,11 @@ from typing import Any
 from langsmith import Client
 from langsmith import utils as ls_utils
 
+from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRef, as_uuid_str, run_id_of
-from langchain_memalign.langsmith._source_reading import _SourceReader
+from langchain_memalign.langsmith._source_reading import _keep_verdict, _SourceReader
 from langchain_memalign.langsmith._source_types import (
     Conflict,
     ConflictPolicy,
@@ -204,12 +205,20 @@ class LangSmithFeedbackSource(_SourceReader):
             if full is None:  # a new source reconciles once, then follows changes
                 full = not self._reconciled
             changed = None if full else self._changed_runs(key, state, cursors)
+            # The judge's verdicts on the listed runs, for the agreement series.
+            verdicts: dict[str, tuple[str, Any]] = {}
             if changed is None:  # a full listing: every review in scope
-                reviews, skipped = self._list(key, judge.scale, stamps=cursors)
+                reviews, skipped = self._list(key, judge.scale, stamps=cursors, verdicts=verdicts)
                 in_scope = self._in_scope()
             else:  # only the runs whose feedback changed, each with all its reviews
                 reviews, skipped = (
-                    self._list(key, judge.scale, run_ids=sorted(changed), stamps=cursors)
+                    self._list(
+                        key,
+                        judge.scale,
+                        run_ids=sorted(changed),
+                        stamps=cursors,
+                        verdicts=verdicts,
+                    )
                     if changed
                     else ([], {})
                 )
@@ -265,7 +274,16 @@ class LangSmithFeedbackSource(_SourceReader):
                 items = self._build(batch, skipped)
                 runs_fetched += len({r.run_id for r in batch})
                 if items:
-                    reports.append(judge.align(items, raise_on_failure=False))
+                    earlier = self._earlier_verdicts(judge, key, items, verdicts)
+                    # `_align`: the verdicts are recorded as read from LangSmith.
+                    reports.append(
+                        judge._align(
+                            items,
+                            raise_on_failure=False,
+                            prior_verdicts=earlier,
+                            prior_source="langsmith",
+                        )
+                    )
                 built = {fb.id for fb in items}
                 for r in batch:
                     if r.feedback_id in built:
@@ -308,6 +326,39 @@ class LangSmithFeedbackSource(_SourceReader):
             unalign=unalign_report,
             seconds=time.perf_counter() - started,
         )
+
+    def _earlier_verdicts(
+        self,
+        judge: MemAlignJudge,
+        key: str,
+        items: list[Feedback],
+        listed: dict[str, tuple[str, Any]],
+    ) -> dict[str, Any]:
+        """The verdicts the judge wrote on the runs of new items, by feedback id.
+
+        Each review new to the memory is a test of the judge: its verdict on the run
+        (model feedback on its key, written when it judged the run, before it
+        learned this review) goes into the agreement series beside the review
+        (`MemAlignJudge.agreement_history`). No judge call: the listing read them
+        (`listed`) when it reads model feedback (`corrections`, the default), else
+        one listing per batch does. The latest verdict of a run counts.
+        """
+        stored = judge.memory.stored_ids(fb.id for fb in items)
+        runs: dict[str, str] = {}
+        for fb in items:
+            run_id = ((fb.metadata or {}).get("langsmith") or {}).get("run_id")
+            if fb.id not in stored and run_id:
+                runs[fb.id] = str(run_id)
+        if not runs:
+            return {}
+        verdicts = listed
+        if not self.corrections:  # the listing left model feedback out
+            verdicts = {}
+            for record in self.api.list_feedback(
+                key=key, source_types=["model"], run_ids=sorted(set(runs.values()))
+            ):
+                _keep_verdict(verdicts, record, judge.scale)
+        return {fid: verdicts[run][1] for fid, run in runs.items() if run in verdicts}
 
     async def async_sync(self, judge: MemAlignJudge, *, full: bool | None = None) -> SyncReport:
         """Async twin of `sync` (runs off the event loop)."""

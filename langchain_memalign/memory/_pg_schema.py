@@ -8,8 +8,10 @@ by the first `PostgresStore.create`.
 
 from __future__ import annotations
 
-# The version of the tables below; a database with another refuses to open.
-PG_SCHEMA_VERSION = 1
+# The version of the tables below; a database with another refuses to open, except
+# an older one that `_PG_UPGRADES` brings to this version (on open).
+# 2: the agreement series (`memalign_prequential`).
+PG_SCHEMA_VERSION = 2
 # First key of the advisory locks this package takes (the second is the judge's
 # name hashed), so they do not collide with another application's locks.
 _LOCK_CLASS = 0x4D41  # "MA"
@@ -92,6 +94,28 @@ CREATE TABLE IF NOT EXISTS memalign_history (
     PRIMARY KEY (judge, seq)
 );
 """
+# The agreement series (version 2): each review beside the judge's verdict on its case
+# from before the judge learned it (`kind` "review"), and where each align happened
+# (`kind` "align"). A review's row goes with its feedback (unalign removes it).
+_PG_PREQUENTIAL = """
+CREATE TABLE IF NOT EXISTS memalign_prequential (
+    judge text NOT NULL REFERENCES memalign_judges(name) ON DELETE CASCADE,
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    at text NOT NULL,
+    kind text NOT NULL,
+    feedback_id text,
+    judge_value text,
+    expert_value text,
+    source text,
+    learned integer,
+    PRIMARY KEY (judge, seq),
+    UNIQUE (judge, feedback_id),
+    FOREIGN KEY (judge, feedback_id) REFERENCES memalign_feedback(judge, id) ON DELETE CASCADE
+);
+"""
+_PG_SCHEMA += _PG_PREQUENTIAL
+# What brings a database of an older version to the next one, by its version.
+_PG_UPGRADES = {1: _PG_PREQUENTIAL}
 
 _TABLES = {
     "feedback": "memalign_feedback",

@@ -85,13 +85,22 @@ def _describe(entry: Entry) -> str:
     return f"{kind} {name!r}" + (f" on {table}" if table != name else "")
 
 
-def check_schema(conn: sqlite3.Connection, schema: str, where: str, *, partial: bool) -> None:
+def check_schema(
+    conn: sqlite3.Connection,
+    schema: str,
+    where: str,
+    *,
+    partial: bool,
+    optional: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
     """Refuse a database whose schema is not exactly `schema`'s, before anything runs.
 
     Reads `sqlite_master` only: parsing a schema runs none of it. With
     `partial`, entries of `schema` may be missing (a new file, or one whose
     creation was interrupted: `create` adds them); otherwise only those of
-    older versions may (see `_OPTIONAL`).
+    older versions may (see `_OPTIONAL`), and the (type, name) entries in
+    `optional` (what a later format version added: the caller upgrades the
+    file or refuses it once it has read the file's version).
     """
     ours = expected_entries(schema)
     found = _entries(conn)
@@ -118,6 +127,7 @@ def check_schema(conn: sqlite3.Connection, schema: str, where: str, *, partial: 
         for kind, name, *_ in ours
         if (kind, name) not in present
         and (kind, name) not in _OPTIONAL
+        and (kind, name) not in optional
         # SQLite's own entries come with the tables they serve.
         and not name.startswith("sqlite_")
     )

@@ -34,7 +34,8 @@ from langchain_memalign.memory._sqlite_schema import refuse_links
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import is_postgres_url
 
-SCHEMA_VERSION = 1
+# 2: the agreement series (`prequential`); a version-1 folder is upgraded on open.
+SCHEMA_VERSION = 2
 DB_FILE = "memory.sqlite"
 INDEX_FILE = "episodes.faiss"
 # Temporary files of an atomic write; a killed save leaves them behind, and
@@ -84,6 +85,23 @@ CREATE TABLE IF NOT EXISTS history (
     guideline_ids TEXT NOT NULL
 );
 """
+# The agreement series (version 2): each review beside the judge's verdict on its case
+# from before the judge learned it (`kind` "review"), and where each align happened
+# (`kind` "align"). A review's row goes with its feedback (unalign removes it).
+_PREQUENTIAL_TABLE = """
+CREATE TABLE IF NOT EXISTS prequential (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    feedback_id TEXT UNIQUE REFERENCES feedback(id) ON DELETE CASCADE,
+    judge_value TEXT,
+    expert_value TEXT,
+    source TEXT,
+    learned INTEGER
+)"""
+_SCHEMA += _PREQUENTIAL_TABLE + ";\n"
+# What version 2 added: a version-1 file lacks it until it is upgraded (`MemoryStore`).
+ADDED_IN_V2 = frozenset({("table", "prequential")})
 
 
 def remove_leftovers(folder: Path) -> list[str]:

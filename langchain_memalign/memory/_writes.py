@@ -85,6 +85,18 @@ class MemoryWrite:
         """Store the experts' marks, rejected rules and rulebook changes."""
         self._store.set_meta(RULEBOOK_KEY, rulebook.to_json())
 
+    def record_review(
+        self, feedback_id: str, expert: Any, *, judge: Any = None, source: str | None = None
+    ) -> bool:
+        """Record a review in the agreement series (see `Store.record_review`)."""
+        return self._store.record_review(
+            self._conn, feedback_id, expert, judge=judge, source=source
+        )
+
+    def mark_align(self, learned: int) -> None:
+        """Mark an align at the end of the agreement series."""
+        self._store.mark_align(self._conn, learned)
+
     def log(
         self, action: str, feedback_ids: Iterable[str], guideline_ids: Iterable[str] = ()
     ) -> None:

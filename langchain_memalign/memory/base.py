@@ -41,6 +41,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory.semantic import Guideline
 
 if TYPE_CHECKING:
+    from langchain_memalign.memory._codec_prequential import SeriesRow
     from langchain_memalign.memory.dump import MemoryDump
 
 __all__ = ["COUNTED_TABLES", "Store"]
@@ -313,6 +314,31 @@ class Store(ABC):
         (ISO time), `action`, and the sorted, distinct `feedback_ids` and
         `guideline_ids`.
         """
+
+    # -- the agreement series ------------------------------------------------------
+
+    @abstractmethod
+    def record_review(
+        self, conn: Any, feedback_id: str, expert: Any, *, judge: Any = None,
+        source: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Record the expert's verdict on a feedback item in the series (inside a transaction).
+
+        An item with a point keeps its place and its judge's verdict and takes the
+        new expert verdict (a changed review). Without a point, `judge` (the judge's
+        verdict on the case from before it learned it; `source`: where that came
+        from) adds one at the end of the series; without `judge` nothing is added.
+        The feedback must be stored: the point goes with it. Returns whether a
+        point was added or changed.
+        """
+
+    @abstractmethod
+    def mark_align(self, conn: Any, learned: int) -> None:
+        """Mark an align at the end of the series: it learned `learned` items."""
+
+    @abstractmethod
+    def prequential(self, feedback_ids: Iterable[str] | None = None) -> list[SeriesRow]:
+        """The agreement series (or its reviews of `feedback_ids`), oldest first."""
 
     # -- copies --------------------------------------------------------------------
 

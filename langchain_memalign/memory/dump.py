@@ -27,6 +27,8 @@ from langchain_memalign.memory._store_base import (
     remove_leftovers,
 )
 
+PrequentialRow = tuple[int, str, str, str | None, str | None, str | None, str | None, int | None]
+
 __all__ = ["MemoryDump", "dump_sqlite", "insert_rows", "write_sqlite", "write_sqlite_folder"]
 
 
@@ -45,6 +47,9 @@ class MemoryDump:
     sources: list[tuple[str, str]] = field(default_factory=list)
     # (seq, at, action, feedback_ids JSON, guideline_ids JSON), oldest first
     history: list[tuple[int, str, str, str, str]] = field(default_factory=list)
+    # The agreement series, oldest first: (seq, at, kind, feedback_id, judge value JSON,
+    # expert value JSON, source, learned); see `_codec_prequential`.
+    prequential: list[PrequentialRow] = field(default_factory=list)
 
 
 def dump_sqlite(conn: sqlite3.Connection) -> MemoryDump:
@@ -77,6 +82,15 @@ def dump_sqlite(conn: sqlite3.Connection) -> MemoryDump:
             "SELECT seq, at, action, feedback_ids, guideline_ids FROM history ORDER BY seq"
         )
     )
+    # A version-1 file opened read-only has no series (`MemoryStore._upgrade`).
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name='prequential'").fetchone():
+        d.prequential = [
+            (int(n), at, k, f, j, e, s, None if learned is None else int(learned))
+            for n, at, k, f, j, e, s, learned in conn.execute(
+                "SELECT seq, at, kind, feedback_id, judge_value, expert_value, source, learned "
+                "FROM prequential ORDER BY seq"
+            )
+        ]
     return d
 
 
@@ -110,6 +124,11 @@ def insert_rows(conn: sqlite3.Connection, d: MemoryDump, meta: dict[str, Any]) -
     conn.executemany(
         "INSERT INTO history(seq, at, action, feedback_ids, guideline_ids) VALUES (?, ?, ?, ?, ?)",
         d.history,
+    )
+    conn.executemany(
+        "INSERT INTO prequential(seq, at, kind, feedback_id, judge_value, expert_value, source, "
+        "learned) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        d.prequential,
     )
 
 

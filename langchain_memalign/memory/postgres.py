@@ -40,14 +40,17 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.memory._pg_base import INSTALL_HINT
 from langchain_memalign.memory._pg_feedback import PostgresFeedbackTables
 from langchain_memalign.memory._pg_guidelines import PostgresGuidelineTables
+from langchain_memalign.memory._pg_prequential import PostgresPrequentialTables
 from langchain_memalign.memory._pg_schema import (
     _LOCK_CLASS,
     _PG_SCHEMA,
+    _PG_UPGRADES,
     _ROW_META,
     PG_SCHEMA_VERSION,
 )
@@ -82,7 +85,7 @@ __all__ = [
 ]
 
 
-class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables):
+class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPrequentialTables):
     """One judge's memory in a PostgreSQL database (see the module doc)."""
 
     # -- opening ---------------------------------------------------------------------
@@ -154,11 +157,36 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables):
         except pg.Error as e:
             raise MemoryFormatError(f"{self._where()}: not a MemAlign database ({e})") from e
         version = None if row is None else row[0]
+        if version in _PG_UPGRADES:
+            version = self._upgrade()
         if version != PG_SCHEMA_VERSION:
             raise MemoryFormatError(
                 f"{self._where()}: memory schema version {version!r} is not supported "
                 f"(this version reads {PG_SCHEMA_VERSION})"
             )
+
+    def _upgrade(self) -> Any:
+        """Bring the database's tables of an older version to this one; the version now.
+
+        Once per database, under the same lock as `_install`: every judge in it
+        gains what the new version adds (empty), nothing else changes.
+        """
+        pg = self._psycopg
+        try:
+            with self._conn() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_CLASS,))
+                row = conn.execute("SELECT version FROM memalign_schema WHERE id=1").fetchone()
+                version = None if row is None else row[0]
+                while version in _PG_UPGRADES:
+                    conn.execute(_PG_UPGRADES[version])
+                    version += 1
+                    conn.execute("UPDATE memalign_schema SET version=%s WHERE id=1", (version,))
+        except pg.Error as e:
+            raise MemoryFormatError(
+                f"{self._where()}: cannot upgrade the tables to version {PG_SCHEMA_VERSION} "
+                f"({e}); open the memory once as a user who may create tables"
+            ) from e
+        return version
 
     # -- copies between backends -------------------------------------------------------
 
@@ -210,6 +238,16 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables):
                     start=1,
                 )
             ]
+            d.prequential = [
+                (n, at, k, f, j, e, src, learned)
+                for n, (at, k, f, j, e, src, learned) in enumerate(
+                    self._rows(
+                        "SELECT at, kind, feedback_id, judge_value, expert_value, source, "
+                        "learned FROM memalign_prequential WHERE judge=%s ORDER BY seq"
+                    ),
+                    start=1,
+                )
+            ]
         return d
 
     def replace_with(self, d: MemoryDump) -> None:
@@ -225,7 +263,11 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables):
                 "SELECT judge, %s, id FROM memalign_episodes WHERE judge=%s",
                 (seq, self.judge),
             )
-            for table in ("memalign_guidelines", "memalign_feedback", "memalign_history"):
+            # The series first: its align marks go with no feedback.
+            for table in (
+                "memalign_prequential", "memalign_guidelines", "memalign_feedback",
+                "memalign_history",
+            ):  # fmt: skip
                 conn.execute(f"DELETE FROM {table} WHERE judge=%s", (self.judge,))
             conn.execute("DELETE FROM memalign_meta WHERE judge=%s", (self.judge,))
             with conn.cursor() as cur:
@@ -261,6 +303,12 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables):
                     "INSERT INTO memalign_history(judge, at, action, feedback_ids, "
                     "guideline_ids) VALUES (%s, %s, %s, %s, %s)",
                     [(self.judge, *row[1:]) for row in d.history],
+                )
+                cur.executemany(
+                    "INSERT INTO memalign_prequential(judge, at, kind, feedback_id, "
+                    "judge_value, expert_value, source, learned) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    [(self.judge, *row[1:]) for row in d.prequential],
                 )
             if d.meta.get("memory_id"):
                 conn.execute(

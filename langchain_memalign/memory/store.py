@@ -32,7 +32,9 @@ from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory._sqlite_schema import check_schema, refuse_links
 from langchain_memalign.memory._store_base import (
+    _PREQUENTIAL_TABLE,
     _SCHEMA,
+    ADDED_IN_V2,
     DB_FILE,
     INDEX_FILE,
     LEFTOVER_PREFIXES,
@@ -44,6 +46,7 @@ from langchain_memalign.memory._store_base import (
 )
 from langchain_memalign.memory._store_feedback import FeedbackTables
 from langchain_memalign.memory._store_guidelines import GuidelineTables
+from langchain_memalign.memory._store_prequential import PrequentialTables
 from langchain_memalign.memory.dump import MemoryDump, dump_sqlite, insert_rows
 
 __all__ = [
@@ -58,7 +61,7 @@ __all__ = [
 ]
 
 
-class MemoryStore(FeedbackTables, GuidelineTables):
+class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
     """Thread-safe access to one memory database (a file or in process)."""
 
     # -- opening -----------------------------------------------------------------
@@ -100,7 +103,8 @@ class MemoryStore(FeedbackTables, GuidelineTables):
         """Open an existing memory folder, or raise `MemoryFormatError`.
 
         The database's schema is checked before anything is written to it
-        (`_sqlite_schema`); a folder of an older version gains its memory id.
+        (`_sqlite_schema`); a folder of an older version gains its memory id and
+        is upgraded to this format version (`_upgrade`).
         """
         path = Path(folder)
         db = path / DB_FILE
@@ -118,7 +122,7 @@ class MemoryStore(FeedbackTables, GuidelineTables):
     def _check_schema(self, *, partial: bool) -> None:
         """`_sqlite_schema.check_schema` on this database; a failed read is a corrupt file."""
         try:
-            check_schema(self._conn, _SCHEMA, self._where(), partial=partial)
+            check_schema(self._conn, _SCHEMA, self._where(), partial=partial, optional=ADDED_IN_V2)
         except MemoryFormatError:
             self.close()
             raise
@@ -139,13 +143,49 @@ class MemoryStore(FeedbackTables, GuidelineTables):
         except MemoryFormatError:
             self.close()
             raise
+        if type(version) is int and version == 1:
+            version = self._upgrade()
+        elif type(version) is int and version == SCHEMA_VERSION and not self._has_series():
+            self.close()
+            raise MemoryFormatError(f"{self.folder}: not a MemAlign memory (missing prequential)")
         # `type(...) is int`: JSON `true` or `1.0` would compare equal to 1.
-        if type(version) is not int or version != SCHEMA_VERSION:
+        if type(version) is not int or version not in (1, SCHEMA_VERSION):
             self.close()
             raise MemoryFormatError(
                 f"{self.folder}: memory format version {version!r} is not supported "
                 f"(this version reads {SCHEMA_VERSION})"
             )
+
+    def _has_series(self) -> bool:
+        with self.lock:
+            row = self._conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='prequential'"
+            ).fetchone()
+        return row is not None
+
+    def _upgrade(self) -> int:
+        """Bring a version-1 file to this version: add the (empty) agreement series.
+
+        The content is unchanged, so the version number and the index cache stay
+        valid. A folder that cannot be written (read-only) stays at version 1 and
+        is read with an empty series; the version it is at is returned.
+        """
+        with self.lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                self.series_missing = True
+                return 1
+            try:
+                self._conn.execute(_PREQUENTIAL_TABLE)
+                self.set_meta("schema_version", SCHEMA_VERSION)
+                self._conn.execute("COMMIT")
+            except sqlite3.OperationalError:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+                self.series_missing = True
+                return 1
+        return SCHEMA_VERSION
 
     # -- copies ---------------------------------------------------------------------
 
@@ -165,7 +205,8 @@ class MemoryStore(FeedbackTables, GuidelineTables):
         with self.transaction() as conn:
             # Every episode (row ids start at 1): readers of older versions keep them.
             self._remember(conn, "e.rowid > ?", [0])
-            for table in ("guidelines", "feedback", "history"):  # cascades to the others
+            # The others go by cascade; the series' align marks go with no feedback.
+            for table in ("prequential", "guidelines", "feedback", "history"):
                 conn.execute(f"DELETE FROM {table}")
             conn.execute(f"DELETE FROM meta WHERE key NOT IN ({','.join('?' * len(own))})", own)
             meta = {k: v for k, v in d.meta.items() if k not in own}

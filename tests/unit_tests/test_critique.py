@@ -334,6 +334,12 @@ def test_reviewer_corrects_the_verdict_and_the_judge_learns(
     assert stored.metadata["ticket"] == 2 and stored.outputs == WARM
     assert report.guidelines_added and len(aligned.guidelines) == before + 1
     assert any("refund date" in g.text for g in aligned.guidelines)
+    # The critique was the judge's verdict before it learned the correction.
+    assert report.agreement_recorded == ["ticket-2"]
+    point = aligned.agreement_history().points[-1]
+    assert (point.feedback_id, point.judge, point.expert, point.source) == (
+        "ticket-2", True, False, "self_critique",
+    )  # fmt: skip
 
 
 def test_correction_without_rationale_does_not_reuse_the_judges(aligned: MemAlignJudge) -> None:
@@ -349,4 +355,4 @@ async def test_arecord(aligned: MemAlignJudge) -> None:
     critic = SelfCritique(aligned, to_case=to_case)
     out = await build(critic).ainvoke({"question": UPSET})
     report = await critic.arecord(out, id="t-async")
-    assert report.added == ["t-async"]
+    assert report.added == ["t-async"] and report.agreement_recorded == ["t-async"]

@@ -12,7 +12,10 @@ import langchain_memalign.langsmith
 from langchain_memalign import JudgeConfig, MemAlignJudge
 
 EXPECTED_ALL = [
+    "AgreementHistory",
     "AgreementReport",
+    "AgreementWindow",
+    "AlignMarker",
     "AlignFailedError",
     "AlignReport",
     "CalibrationOptions",
@@ -40,6 +43,7 @@ EXPECTED_ALL = [
     "ReflectionOptions",
     "RejectedRule",
     "RetrievalOptions",
+    "ReviewPoint",
     "Rule",
     "RuleChange",
     "Rulebook",

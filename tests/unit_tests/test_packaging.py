@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _lower_bounds() -> dict[str, Version]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     specs = list(project["dependencies"])
-    for name in ("test", "bench", "postgres"):
+    for name in ("test", "bench", "plot", "postgres"):
         specs += project["optional-dependencies"][name]
     bounds = {}
     for spec in specs:

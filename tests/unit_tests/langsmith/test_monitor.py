@@ -120,7 +120,7 @@ def test_sampling_is_decided_by_the_run_and_holds_across_restarts(
 
 
 def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
-    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
 ) -> None:
     add_runs(server, ["polite but wrong hours", "rude refunds"])
     monitor = JudgeMonitor(judge, client, project="prod", review_limit=2)
@@ -135,8 +135,18 @@ def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
                         feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
     monitor.queue.complete([wrong, right])
 
+    roles: list[str] = model.responder.roles
+    judged = roles.count("judge")
     second = monitor.run_once()
     assert len(second.pulled.added) == 2 and len(judge.feedback_ids) == 2
+    # The verdicts written on the runs were read back: no judge call, before learning.
+    assert roles.count("judge") == judged
+    history = judge.agreement_history()
+    assert sorted((p.judge, p.expert, p.source) for p in history.points) == [
+        (False, False, "langsmith"),
+        (True, False, "langsmith"),
+    ]
+    assert [(a.after, a.learned) for a in history.aligns] == [(2, 2)]
     agreement = {a.run_id: a for a in second.agreement}
     assert (agreement[wrong].judge, agreement[wrong].expert, agreement[wrong].agrees) == (
         True, False, False,

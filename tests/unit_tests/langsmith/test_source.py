@@ -220,6 +220,41 @@ def test_correction_of_model_feedback_is_the_label(
     assert off.sync(judge).listed == 0
 
 
+@pytest.mark.parametrize("corrections", [True, False])
+def test_a_sync_records_the_judges_verdict_on_the_run_before_learning(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+    corrections: bool,
+) -> None:
+    runs = [add_run(server, project, i) for i in range(3)]
+    model_source = {"type": "model"}
+    # The judge's verdicts on two runs (an older one, then the latest); none on the third.
+    server.add_feedback(runs[0]["id"], KEY, score=0, feedback_source=model_source)
+    server.add_feedback(runs[0]["id"], KEY, score=1, feedback_source=model_source)
+    server.add_feedback(runs[1]["id"], KEY, score=1, feedback_source=model_source)
+    reviews = [human(server, run, 0, f"r{i}") for i, run in enumerate(runs)]
+    judged = model.responder.roles.count("judge")
+    source = LangSmithFeedbackSource(client, project="prod", corrections=corrections)
+    report = source.sync(judge)
+    assert sorted(report.aligned) == sorted(fid(r) for r in reviews)
+    assert model.responder.roles.count("judge") == judged  # read, not judged again
+    # With corrections the listing already held the verdicts; without, one more listing.
+    verdict_listings = [
+        r
+        for r in server.requests_to("/feedback", "GET")
+        if r.query.get("feedback_source_type") == ["model"]
+    ]
+    assert len(verdict_listings) == (0 if corrections else 1)
+    points = judge.agreement_history().points
+    assert sorted((p.feedback_id, p.judge, p.expert, p.source) for p in points) == sorted(
+        [(fid(reviews[0]), True, False, "langsmith"), (fid(reviews[1]), True, False, "langsmith")]
+    )
+    assert report.align is not None and len(report.align.agreement_recorded) == 2
+
+
 def test_categorical_labels_and_invalid_values(
     server: LangSmithTestServer, client: Client, project: dict[str, Any], model: ScriptedChatModel
 ) -> None:

@@ -43,6 +43,7 @@ SWEATER_CASE = {"inputs": SWEATER.inputs, "outputs": "Colors vary."}
 TABLES = [
     "memalign_meta", "memalign_feedback", "memalign_episodes", "memalign_removed_episodes",
     "memalign_guidelines", "memalign_guideline_sources", "memalign_history",
+    "memalign_prequential",
 ]  # fmt: skip
 
 

@@ -142,8 +142,19 @@ def populate(store: Store) -> None:
         store.put_guideline(conn, guideline("g0", "a", "b"), vec(10), 0)
         store.put_guideline(conn, guideline("g1", "c"), vec(11), 1)
         store.log(conn, "align", ["a", "b", "c"], ["g0", "g1"])
+        store.record_review(conn, "a", True, judge=False, source="langsmith")
+        store.record_review(conn, "b", "B", judge="tie", source="score_first")
+        store.mark_align(conn, 3)
     with store.transaction() as conn:
         store.log(conn, "validate", ["b"], [])
+
+
+def series(store: Store) -> list[tuple[Any, ...]]:
+    """The agreement series without its row numbers and times (they are the store's)."""
+    return [
+        (r["kind"], r["feedback_id"], r["judge"], r["expert"], r["source"], r["learned"])
+        for r in store.prequential()
+    ]
 
 
 def ids(feedback: list[Feedback]) -> list[str]:
@@ -171,6 +182,8 @@ def assert_same_content(copy: Store, original: Store) -> None:
     assert g_copy == g_orig
     assert v_copy is not None and v_orig is not None and np.array_equal(v_copy, v_orig)
     assert entries(copy) == entries(original)
+    assert series(copy) == series(original)
+    assert [r["at"] for r in copy.prequential()] == [r["at"] for r in original.prequential()]
     assert copy.get_meta("config") == original.get_meta("config")
     for table in COUNTED_TABLES:
         assert copy.count(table) == original.count(table), table
@@ -198,6 +211,7 @@ def test_a_new_memory_is_empty_at_version_zero(store: Store) -> None:
     assert store.get_meta("schema_version") == SCHEMA_VERSION
     assert store.feedback_ids() == [] and store.recent_feedback(5) == []
     assert store.pending_reflection() == [] and store.history() == []
+    assert store.prequential() == []
     assert store.all_vectors() == ([], None)
     assert store.episode_rowids() == [] and store.episode_dim() is None
     assert store.load_guidelines() == ([], None)
@@ -713,6 +727,58 @@ def test_history_is_oldest_first_with_sorted_distinct_ids(store: Store) -> None:
     assert history[0]["at"] <= history[1]["at"]
 
 
+# -- the agreement series -----------------------------------------------------------------
+
+
+def test_the_agreement_series_records_reviews_and_aligns_in_order(store: Store) -> None:
+    put(store, item("a"), item("b"), item("c"))
+    with store.transaction() as conn:
+        # A review with the judge's earlier verdict gets a point; one without none.
+        assert store.record_review(conn, "a", True, judge=False, source="langsmith")
+        assert not store.record_review(conn, "b", True)
+        store.mark_align(conn, 2)
+    with pytest.raises(RuntimeError), store.transaction() as conn:
+        store.record_review(conn, "c", 3.5, judge=2.0, source="given")
+        raise RuntimeError  # rolled back with the transaction
+    with store.transaction() as conn:
+        store.record_review(conn, "c", 3.5, judge=2.0, source="given")
+        # A changed review keeps its place and the judge's earlier verdict.
+        assert store.record_review(conn, "a", False, judge=True, source="score_first")
+        store.mark_align(conn, 2)
+    assert series(store) == [
+        ("review", "a", False, False, "langsmith", None),
+        ("align", None, None, None, None, 2),
+        ("review", "c", 2.0, 3.5, "given", None),
+        ("align", None, None, None, None, 2),
+    ]
+    rows = store.prequential()
+    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+    assert len({r["seq"] for r in rows}) == 4
+    for r in rows:
+        assert datetime.fromisoformat(r["at"]).tzinfo is not None
+    assert [r["feedback_id"] for r in store.prequential(["c", "a", "zz"])] == ["a", "c"]
+    assert store.prequential([]) == []
+
+
+def test_a_review_point_goes_with_its_feedback(store: Store) -> None:
+    put(store, item("a"), item("b"))
+    with store.transaction() as conn:
+        store.record_review(conn, "a", True, judge=True, source="given")
+        store.record_review(conn, "b", True, judge=False, source="given")
+        store.mark_align(conn, 2)
+    with store.transaction() as conn:
+        store.delete_feedback(conn, ["a"])
+    # The align stays: it happened; the review of withdrawn feedback is gone.
+    assert series(store) == [
+        ("review", "b", False, True, "given", None),
+        ("align", None, None, None, None, 2),
+    ]
+    with store.transaction() as conn:  # the id learned again is a new review, at the end
+        store.put_feedback(conn, item("a"), reflected=True)
+        store.record_review(conn, "a", False, judge=False, source="given")
+    assert [r["feedback_id"] for r in store.prequential()] == ["b", None, "a"]
+
+
 # -- copies -------------------------------------------------------------------------------
 
 
@@ -730,6 +796,11 @@ def test_dump_holds_every_row_in_order(store: Store) -> None:
     assert d.guidelines[0][2] == vec(10).tobytes()
     assert d.sources == [("g0", "a"), ("g0", "b"), ("g1", "c")]
     assert [h[2] for h in d.history] == ["align", "validate"]
+    assert [(r[2], r[3], r[4], r[5], r[6], r[7]) for r in d.prequential] == [
+        ("review", "a", "false", "true", "langsmith", None),
+        ("review", "b", '"tie"', '"B"', "score_first", None),
+        ("align", None, None, None, None, 3),
+    ]
     assert d.meta["config"] == {"name": "helpfulness", "k": 3}
     assert d.meta["memory_id"] == store.identity()["memory_id"]
     assert d.meta["change_seq"] == store.change_seq()
