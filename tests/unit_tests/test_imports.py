@@ -34,6 +34,7 @@ EXPECTED_ALL = [
     "MemAlignError",
     "MemAlignJudge",
     "MemoryFormatError",
+    "MemoryPermissionError",
     "MemoryUnavailableError",
     "PromptOptions",
     "ReflectionError",
