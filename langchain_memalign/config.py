@@ -414,6 +414,17 @@ class JudgeConfig(BaseModel):
             )
         return self
 
+    @field_validator("name")
+    @classmethod
+    def _name_storable(cls, v: str) -> str:
+        # Refused on every memory alike: PostgreSQL text cannot hold NUL, and a
+        # folder's judge may be saved to a database later.
+        if "\x00" in v:
+            raise ValueError(
+                "the judge name holds a NUL character, which a PostgreSQL memory cannot store"
+            )
+        return v
+
     @field_validator("scale", mode="before")
     @classmethod
     def _scale_from_spec(cls, v: Any) -> Scale:

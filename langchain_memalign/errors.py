@@ -19,8 +19,10 @@ class InvalidFeedbackError(MemAlignError, ValueError):
     Raised by `align` (before any model call) and by the store itself for
     content that cannot be stored unchanged: NaN or Infinity anywhere in the
     values or metadata (JSON would turn them into `null`), text that is not
-    valid Unicode (a lone surrogate), nesting deeper than 64 levels, or
-    objects that cannot be serialized. Nothing of the call is stored.
+    valid Unicode (a lone surrogate), nesting deeper than 64 levels,
+    objects that cannot be serialized, or a NUL character in the id or the
+    rationale (PostgreSQL cannot store it; refused on every memory alike).
+    Nothing of the call is stored.
     Constructing a `Feedback` directly with such content raises pydantic's
     `ValidationError` (also a `ValueError`).
     """
@@ -160,6 +162,20 @@ class MemoryFormatError(MemAlignError):
     raised when an existing folder holds another judge (different name, scale
     or embedded text). A damaged `episodes.faiss` cache never raises: it is
     rebuilt from the stored vectors.
+    """
+
+
+class MemoryPermissionError(MemoryFormatError):
+    """PostgreSQL refused the URL's role an action on a memory: a privilege is missing.
+
+    Only for a `postgresql://` memory: raised by opening, judging, `align`,
+    `unalign` or `save` when the role lacks a privilege the action needs (no
+    `USAGE` on the URL's schema, `SELECT` only where a write was asked,
+    no `CREATE` where the tables or the schema are to be created). The
+    message names the role and what PostgreSQL refused. Retrying cannot help,
+    so it is not a `ConnectionError`; it is a `MemoryFormatError`, so code
+    that handles a memory it cannot use handles it. The refused statement is
+    rolled back: nothing of it is stored.
     """
 
 

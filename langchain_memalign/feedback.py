@@ -11,6 +11,7 @@ from pydantic_core import PydanticSerializationError, to_json
 
 from langchain_memalign import limits
 from langchain_memalign._text import stable_hash
+from langchain_memalign.errors import InvalidFeedbackError
 
 
 class Feedback(BaseModel):
@@ -110,6 +111,33 @@ def storable_problem(value: Any, depth: int = 0) -> str | None:
     except (PydanticSerializationError, ValueError, TypeError, RecursionError):
         return f"holds a {type(value).__name__} that cannot be stored as JSON"
     return None
+
+
+# The fields PostgreSQL keeps as text columns (the id) or passes on into them (a
+# rationale becomes guideline text); the other fields are stored as JSON, which
+# writes a NUL as the escape `\u0000`, on every backend.
+_NUL_FIELDS = ("id", "rationale")
+
+
+def check_nul(fb: Feedback) -> None:
+    """Raise `InvalidFeedbackError` if `fb` holds a NUL where PostgreSQL cannot store it.
+
+    Refused on every memory, with the same message, before any model call:
+    a folder's memory can be saved to a database later, and an `align` on a
+    database would otherwise fail at its first write, after its model calls.
+    """
+    for field in _NUL_FIELDS:
+        if "\x00" in (getattr(fb, field) or ""):
+            raise InvalidFeedbackError(
+                f"feedback {_shown(fb.id)}: the {field} holds a NUL character, which a "
+                "PostgreSQL memory cannot store (refused on every memory)",
+                feedback_id=fb.id,
+            )
+
+
+def _shown(fid: str) -> str:
+    text = repr(fid)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def id_problem(fid: object, *, nul_ok: bool = True) -> str | None:

@@ -26,7 +26,7 @@ from langchain_memalign.errors import (
     InvalidFeedbackIdError,
     UnknownFeedbackError,
 )
-from langchain_memalign.feedback import Feedback, id_problem
+from langchain_memalign.feedback import Feedback, check_nul, id_problem
 from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
@@ -411,6 +411,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 )
             seen.add(fb.id)
             limits.check_feedback(fb)
+            check_nul(fb)
             value = self.scale.validate_value(fb.value, feedback_id=fb.id)
             items.append(fb if value == fb.value and type(value) is type(fb.value)
                          else fb.model_copy(update={"value": value}))  # fmt: skip

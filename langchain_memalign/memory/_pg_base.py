@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,13 +29,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_memalign._redact import redact_logs
-from langchain_memalign.errors import MemoryFormatError, MemoryUnavailableError
+from langchain_memalign.errors import (
+    MemAlignError,
+    MemoryFormatError,
+    MemoryPermissionError,
+    MemoryUnavailableError,
+)
 from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
 from langchain_memalign.memory._store_base import SCHEMA_VERSION
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import PostgresTarget, is_postgres_url
 
 INSTALL_HINT = "pip install 'langchain-memalign[postgres]'"
+PRIVILEGES_HINT = (
+    "judging needs USAGE on the schema and SELECT on the memalign_* tables; align, "
+    "unalign and opening with a configuration also INSERT, UPDATE and DELETE; creating "
+    "the tables CREATE on the schema (see 'Roles and privileges' in docs/postgres.md)"
+)
 
 
 def _psycopg() -> tuple[Any, Any]:
@@ -45,6 +57,63 @@ def _psycopg() -> tuple[Any, Any]:
             f"a postgresql:// memory needs psycopg 3 and psycopg_pool: {INSTALL_HINT} ({e})"
         ) from e
     return psycopg, psycopg_pool
+
+
+def url_problem(psycopg: Any, target: PostgresTarget) -> str | None:
+    """Why libpq cannot use this URL, found without connecting; None if nothing is found.
+
+    libpq's own parser reads it (garbage after the scheme, bad percent-encoding,
+    an unknown parameter, spaces), then the ports, which libpq checks only when
+    it connects: the connection pool would retry such a URL until
+    `open_timeout` and report a server that cannot be reached.
+    """
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(target.conninfo)
+    except psycopg.Error as e:
+        return str(e).strip()
+    ports = [p.strip() for p in str(params.get("port") or "").split(",")]
+    for port in ports:
+        if port and not (re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65_535):
+            return f"invalid port {port!r}: a port is a number from 1 to 65535"
+    hosts = str(params.get("host") or params.get("hostaddr") or "").split(",")
+    if len(ports) > 1 and len(ports) != len(hosts):
+        return f"could not match {len(ports)} port numbers to {len(hosts)} hosts"
+    return None
+
+
+# What libpq says when it refuses a connection's options before contacting any server
+# (psycopg prefixes "connection is bad: "): a value it cannot use (`sslmode=bogus`).
+_REFUSED_BY_CLIENT = re.compile(r"(?:connection is bad: )?(?:invalid |could not match \d+ )")
+
+
+def _refused_by_client(error: BaseException) -> bool:
+    """Whether a failed connection attempt was refused by libpq before any network I/O.
+
+    Only libpq's messages about the options themselves count: a socket that is
+    missing or refused (also reported at once) is a server that is unavailable.
+    """
+    text = str(error).strip()
+    return bool(_REFUSED_BY_CLIENT.match(text)) and "connection to server" not in text
+
+
+def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> Any:
+    """A connection class for the pool that keeps the connection errors libpq decides alone.
+
+    The pool retries every failed connection in its own threads and only logs
+    why; opening watches this list to give up at once on a URL no retry can fix.
+    """
+
+    class RecordingConnection(psycopg.Connection):  # type: ignore[misc]
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return super().connect(conninfo, **kwargs)
+            except psycopg.Error as e:
+                if _refused_by_client(e):
+                    refusals.append(e)
+                raise
+
+    return RecordingConnection
 
 
 def _connect_error(psycopg: Any, target: PostgresTarget) -> BaseException | None:
@@ -124,9 +193,21 @@ class PostgresBase(Store):
         self._unit: ContextVar[_Unit | None] = ContextVar(
             f"memalign_unit_{target.judge}_{id(self)}", default=None
         )
+        # The writers' advisory lock is database-wide: judges of one name in two
+        # schemas must not wait for each other.
+        self._lock_name = (
+            target.judge if target.schema is None else f"{target.schema}.{target.judge}"
+        )
         # psycopg's pool logs each failed connection attempt with libpq's message,
         # which may quote a piece of the URL.
         redact_logs(("psycopg", "psycopg.pool"), target.conninfo)
+        problem = url_problem(psycopg, target)
+        if problem is not None:
+            raise MemoryFormatError(
+                f"{target.describe()}: malformed PostgreSQL URL ({target.redact(problem)})"
+            )
+        refusals: list[BaseException] = []
+        self._pool: Any = None
         try:
             self._pool = psycopg_pool.ConnectionPool(
                 target.conninfo,
@@ -135,10 +216,15 @@ class PostgresBase(Store):
                 kwargs={"autocommit": True},
                 open=False,
                 name=f"memalign-{target.judge}",
+                connection_class=_recording_connection_class(psycopg, refusals),
+                configure=None if target.schema is None else self._use_schema,
             )
-            self._pool.open(wait=True, timeout=target.open_timeout)
+            self._open_pool(psycopg_pool.PoolTimeout, refusals)
+        except MemAlignError:
+            self._discard_pool()
+            raise
         except psycopg_pool.PoolTimeout as e:
-            self._pool.close()
+            self._discard_pool()
             # The pool only logs why its connections failed: one direct attempt tells
             # a server that refuses this URL (no such database, authentication) from
             # one that cannot be reached.
@@ -153,20 +239,60 @@ class PostgresBase(Store):
                 f"({target.redact(str(why).strip() if why else str(e))})"
             ) from safe_cause(e, target)
         except Exception as e:
+            self._discard_pool()
             raise MemoryFormatError(
                 f"{target.describe()}: cannot connect to PostgreSQL "
                 f"({type(e).__name__}: {target.redact(str(e))})"
             ) from safe_cause(e, target)
 
+    def _discard_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _open_pool(self, pool_timeout: type[Exception], refusals: list[BaseException]) -> None:
+        """Wait up to `open_timeout` for the pool's first connection.
+
+        The pool retries failed connections in the background; a URL that libpq
+        refuses without contacting a server (`sslmode=bogus`) is refused at once
+        with `MemoryFormatError` rather than after the whole wait.
+        """
+        target = self.target
+        deadline = time.monotonic() + target.open_timeout
+        self._pool.open(wait=False)
+        while True:
+            if refusals:
+                why = refusals[0]
+                raise MemoryFormatError(
+                    f"{target.describe()}: malformed PostgreSQL URL ({target.redact(str(why))})"
+                ) from safe_cause(why, target)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise pool_timeout(f"no connection within {target.open_timeout:g} s")
+            try:
+                conn = self._pool.getconn(timeout=min(0.2, remaining))
+            except pool_timeout:
+                continue
+            self._pool.putconn(conn)
+            return
+
+    def _use_schema(self, conn: Any) -> None:
+        """The pool's setup of each new connection: the URL's schema is the search path."""
+        sql = self._psycopg.sql
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.target.schema)))
+
     def _where(self) -> str:
         return self.target.describe()
 
     def is_at(self, location: object) -> bool:
-        """Whether `location` is a URL naming this database and judge."""
+        """Whether `location` is a URL naming this database, schema and judge."""
         if not is_postgres_url(location):
             return False
         target = PostgresTarget.parse(str(location))
-        return (target.conninfo, target.judge) == (self.target.conninfo, self.judge)
+        return (target.conninfo, target.judge, target.schema) == (
+            self.target.conninfo,
+            self.judge,
+            self.target.schema,
+        )
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -189,9 +315,18 @@ class PostgresBase(Store):
         a transaction for longer than `idle_in_transaction_session_timeout`).
         Errors of the SQL itself keep their own handling.
         """
+        role = None
         try:
             with self._pool.connection() as conn:
+                role = conn.info.user
                 yield conn
+        except self._psycopg.errors.InsufficientPrivilege as e:
+            # A role without the privileges an action needs: a setup to fix, not a
+            # connection to retry, and the same error wherever the refusal came from.
+            raise MemoryPermissionError(
+                f"{self._where()}: PostgreSQL refused role {role!r} "
+                f"({self.target.redact(str(e).strip())}); {PRIVILEGES_HINT}"
+            ) from safe_cause(e, self.target)
         except self._psycopg.OperationalError as e:
             state = getattr(e, "sqlstate", None)
             if state is not None and not state.startswith(("08", "57P", "25P03")):
@@ -408,12 +543,14 @@ class PostgresBase(Store):
         the process dies (PostgreSQL drops a closed session's locks).
         """
         with self._pooled() as conn:
-            conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self.judge))
+            conn.execute(
+                "SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self._lock_name)
+            )
             try:
                 yield
             finally:
                 conn.execute(
-                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, self.judge)
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, self._lock_name)
                 )
 
     # -- meta ------------------------------------------------------------------------

@@ -37,6 +37,10 @@ from langchain_memalign.memory.store import INDEX_FILE
 
 logger = logging.getLogger(__name__)
 
+# How long a judgment at staleness 0 waits for a writer of this process to publish
+# a commit it saw, before it reads that commit into a private copy of the index.
+_WRITER_PUBLISH_WAIT = 0.2
+
 # Views kept by version number, so the steps of one judgment can share one.
 # Each kept view pins its own copy of the FAISS index, so only the current
 # and the previous version are kept: a judgment that outlives two writes
@@ -99,6 +103,11 @@ class _WriteLock:
             finally:
                 self._writers.release()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a writer of this process holds (or is taking) the lock."""
+        return self._writers.locked()
+
     def _release_db(self) -> None:
         cm = getattr(self._local, "cm", None)
         self._local.cm = None
@@ -150,6 +159,9 @@ class PublishingMemory:
         self._held: MemoryView | None = None
         self._view = MemoryView(0, (), None, self.index.frozen())
         self._views: OrderedDict[int, MemoryView] = OrderedDict()
+        # Views judgments built while a writer held the index (`_private_view`).
+        self._private_lock = threading.Lock()
+        self._private_views: OrderedDict[int, MemoryView] = OrderedDict()
         # Every view still referenced (by a running judgment or `_views`).
         self._live: weakref.WeakSet[MemoryView] = weakref.WeakSet()
 
@@ -300,31 +312,97 @@ class PublishingMemory:
         """
         if seq is not None:
             view = self._views.get(seq)
+            if view is None:
+                with self._private_lock:
+                    view = self._private_views.get(seq)
             if view is not None:
                 return view
         elif self.store.shared:
-            self._refresh_if_stale()
+            return self._refresh_if_stale()
         return self._view
 
-    def _refresh_if_stale(self) -> None:
-        """Before a judgment on a database memory: catch up if the memory moved on.
+    def _refresh_if_stale(self) -> MemoryView:
+        """Before a judgment on a database memory: the view to judge on, caught up if needed.
 
         One indexed read of the judge row per judgment (or per `max_staleness`
-        seconds). A judgment never waits for a writer of this process: while
-        one holds the index the judgment reads the version published last
-        (during an align, the one committed before it: see `_view`).
+        seconds). With `max_staleness` 0 the view returned holds every commit
+        made before that read, whatever else this process is doing: the judgment
+        waits for another judgment's catch-up (short); while a writer of this
+        process holds the index (an align, whose own steps stay invisible to
+        other threads until it commits: see `_view`), a commit of another
+        process is read into a private copy of the index after at most
+        `_WRITER_PUBLISH_WAIT`. With a staleness, a judgment never waits: it
+        takes the published version if the index is busy.
         """
         now = time.monotonic()
+        view = self._view
         if now - self._checked_at < self.max_staleness:
-            return
+            return view
         self._checked_at = now
-        if self.store.change_seq() == self._view.seq:
-            return
-        if self._index_lock.acquire(blocking=False):
-            try:
-                self._catch_up()
-            finally:
-                self._index_lock.release()
+        seq = self.store.change_seq()
+        if seq <= view.seq:
+            return view
+        if self.max_staleness > 0:
+            if self._index_lock.acquire(blocking=False):
+                try:
+                    self._catch_up()
+                finally:
+                    self._index_lock.release()
+            return self._view
+        waited_from: float | None = None
+        while True:
+            # Polled in short slices: a writer of this process publishes the
+            # commit without releasing the lock, which ends the wait too.
+            if self._index_lock.acquire(timeout=0.01):
+                try:
+                    if self._view.seq < seq:
+                        self._catch_up()
+                    return self._view
+                finally:
+                    self._index_lock.release()
+            view = self._view
+            if view.seq >= seq:
+                return view
+            if not self.write_lock.busy:
+                continue  # another judgment's catch-up: it ends soon
+            waited_from = time.monotonic() if waited_from is None else waited_from
+            if time.monotonic() - waited_from >= _WRITER_PUBLISH_WAIT:
+                return self._private_view(view)
+
+    def _private_view(self, base: MemoryView) -> MemoryView:
+        """The newest commit as a view of its own, built from `base` without the index lock.
+
+        For a judgment at staleness 0 while a writer of this process holds the
+        index: the writer's index is left alone; a copy of `base`'s index (which
+        shares the FAISS object until it changes) takes the episodes added and
+        removed since `base`, and the view is kept by its version so the other
+        steps of the judgment find it.
+        """
+        with self.store.consistent():
+            seq = self.store.change_seq()
+            changes = self.store.episode_changes(base.seq)
+            removed, added, vectors = changes if changes is not None else ([], [], None)
+            count = self.store.count("episodes")
+            guidelines, guideline_vectors = self.store.load_guidelines()
+            calibration = self.stored_calibration()
+            index = base.index.copy()
+            index.remove(removed)
+            if added and vectors is not None:
+                have = set(index.ids().tolist())
+                keep = [i for i, rowid in enumerate(added) if rowid not in have]
+                if keep:
+                    index.add([added[i] for i in keep], vectors[keep])
+            if len(index) != count:
+                index = self._rebuild_index()
+        view = MemoryView(seq, tuple(guidelines), guideline_vectors, index.frozen(), calibration)
+        # Kept apart from the writer's `_views` (guarded by the index lock) for the
+        # other steps of the judgment, which find it by its version (`snapshot(seq)`).
+        with self._private_lock:
+            view = self._private_views.setdefault(seq, view)
+            self._private_views.move_to_end(seq)
+            while len(self._private_views) > _KEPT_VIEWS:
+                self._private_views.popitem(last=False)
+        return view
 
     def _catch_up(self) -> None:
         """Bring the writer's index and the published view to the newest commit.

@@ -191,6 +191,18 @@ class EpisodicIndex:
             self._shared = self._index is not None
             return view
 
+    def copy(self) -> EpisodicIndex:
+        """A changeable copy of this index (or of a frozen view of it).
+
+        The copy shares the FAISS object until its first change, which copies
+        it (as `frozen` does): taking a copy costs nothing, the first write to
+        it one copy of the index. Neither side sees the other's changes.
+        """
+        with self._lock:
+            copy = self.frozen()
+            copy._frozen = False
+            return copy
+
     def _own(self) -> None:
         """Before a change: refuse on a view, copy the FAISS object if a view shares it."""
         if self._frozen:

@@ -11,6 +11,7 @@ nothing: `backends.open_store` does.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -24,7 +25,10 @@ Location = str | os.PathLike[str]
 
 _DEFAULT_JUDGE = "default"
 # Parameters of a memory URL that are ours, not libpq's.
-_OUR_PARAMS = ("judge", "staleness", "pool_size", "open_timeout")
+_OUR_PARAMS = ("judge", "staleness", "pool_size", "open_timeout", "schema")
+# A schema name as PostgreSQL folds an unquoted identifier: lower case, at most 63
+# bytes. Mixed case would name another schema than `CREATE SCHEMA Team_A` made.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def is_postgres_url(location: object) -> bool:
@@ -40,7 +44,9 @@ class PostgresTarget:
     the database, the judge inside it (default `default`), how many seconds
     a judgment may lag behind the newest commit (default 0: every judgment
     sees every committed change), the connection pool's size (default 8) and
-    how many seconds opening waits for the server (`open_timeout`, default 30).
+    how many seconds opening waits for the server (`open_timeout`, default 30),
+    and the PostgreSQL schema holding the tables (`schema`, default: the first
+    schema of the role's search path).
     Every other parameter goes to libpq unchanged (`sslmode`, `host=/socket/dir` ...).
     """
 
@@ -50,6 +56,7 @@ class PostgresTarget:
     staleness: float = 0.0
     pool_size: int = 8
     open_timeout: float = 30.0
+    schema: str | None = None
 
     @classmethod
     def parse(cls, url: str) -> PostgresTarget:
@@ -83,12 +90,25 @@ class PostgresTarget:
                 f"{redact(url)}: staleness must be in [0, 86400) seconds, pool_size in "
                 "[1, 256] and open_timeout in (0, 3600] seconds"
             )
+        schema = ours.get("schema") or None
+        if schema is not None and (not _SCHEMA_NAME.fullmatch(schema) or schema.startswith("pg_")):
+            # Checked here, not quoted: the name goes into SQL (`SET search_path`,
+            # `CREATE SCHEMA`), and a name PostgreSQL would fold or reserve would
+            # select another schema than the one the URL seems to name.
+            raise MemoryFormatError(
+                f"{redact(url)}: schema {schema!r} is not a schema name this package "
+                "accepts: lower-case letters, digits and underscores, starting with a "
+                "letter or an underscore, at most 63 characters, not starting with pg_"
+            )
         conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
-        return cls(conninfo, judge, staleness, pool_size, open_timeout)
+        return cls(conninfo, judge, staleness, pool_size, open_timeout, schema)
 
     def describe(self) -> str:
         """The URL without its credentials, with the judge name (for messages)."""
-        return f"{redact(self.conninfo)} (judge {self.judge!r})"
+        where = f"judge {self.judge!r}"
+        if self.schema is not None:
+            where += f" in schema {self.schema!r}"
+        return f"{redact(self.conninfo)} ({where})"
 
     def redact(self, text: str) -> str:
         """`text` (a driver's message, say) without this URL's credentials."""

@@ -42,8 +42,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from langchain_memalign.errors import MemoryFormatError
-from langchain_memalign.memory._pg_base import INSTALL_HINT
+from langchain_memalign.errors import MemoryFormatError, MemoryPermissionError
+from langchain_memalign.memory._pg_base import INSTALL_HINT, PRIVILEGES_HINT, safe_cause
 from langchain_memalign.memory._pg_feedback import PostgresFeedbackTables
 from langchain_memalign.memory._pg_guidelines import PostgresGuidelineTables
 from langchain_memalign.memory._pg_prequential import PostgresPrequentialTables
@@ -95,6 +95,7 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
         """Open the judge named in `url`, creating the tables and the judge if needed."""
         store = cls(PostgresTarget.parse(url))
         try:
+            store._enter_schema(create=True)
             store._install()
             with store._conn() as conn:
                 conn.execute(
@@ -112,6 +113,7 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
         """Open an existing judge's memory, or raise `MemoryFormatError`."""
         store = cls(PostgresTarget.parse(url))
         try:
+            store._enter_schema(create=False)
             store._check_schema()
             with store._conn() as conn:
                 row = conn.execute(
@@ -123,6 +125,49 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
             store.close()
             raise
         return store
+
+    def _enter_schema(self, *, create: bool) -> None:
+        """Check the URL's schema (`?schema=`) before anything looks for tables in it.
+
+        PostgreSQL skips a schema of the search path that the role may not use, as
+        if it did not exist: without this check a role without `USAGE` would be
+        told there are no tables, or have its tables created elsewhere. `create`:
+        create the schema if it does not exist (needs `CREATE` on the database).
+        """
+        schema = self.target.schema
+        if schema is None:
+            return
+        pg = self._psycopg
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT has_schema_privilege(oid, 'USAGE'), current_user "
+                "FROM pg_namespace WHERE nspname=%s",
+                (schema,),
+            ).fetchone()
+            if row is None and not create:
+                raise MemoryFormatError(f"{self._where()}: no schema {schema!r} in this database")
+            if row is None:
+                try:
+                    conn.execute(
+                        pg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                            pg.sql.Identifier(schema)
+                        )
+                    )
+                except (pg.errors.UniqueViolation, pg.errors.DuplicateSchema):
+                    pass  # another process created it at the same moment
+                except pg.errors.InsufficientPrivilege as e:
+                    role = conn.info.user
+                    raise MemoryPermissionError(
+                        f"{self._where()}: schema {schema!r} does not exist and role {role!r} "
+                        f"may not create it ({self.target.redact(str(e).strip())}); create it "
+                        "first (CREATE SCHEMA ... AUTHORIZATION <role>)"
+                    ) from safe_cause(e, self.target)
+                return
+            if not row[0]:
+                raise MemoryPermissionError(
+                    f"{self._where()}: role {row[1]!r} has no USAGE privilege on schema "
+                    f"{schema!r}; {PRIVILEGES_HINT}"
+                )
 
     def _install(self) -> None:
         """Create the tables once per database; concurrent first opens wait for each other."""
@@ -152,7 +197,12 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
                     "SELECT to_regclass('memalign_schema') IS NOT NULL"
                 ).fetchone()[0]
                 if not exists:
-                    raise MemoryFormatError(f"{self._where()}: no MemAlign tables in this database")
+                    where = (
+                        "this database"
+                        if self.target.schema is None
+                        else f"schema {self.target.schema!r} of this database"
+                    )
+                    raise MemoryFormatError(f"{self._where()}: no MemAlign tables in {where}")
                 row = conn.execute("SELECT version FROM memalign_schema WHERE id=1").fetchone()
         except pg.Error as e:
             raise MemoryFormatError(f"{self._where()}: not a MemAlign database ({e})") from e

@@ -37,6 +37,7 @@ EXPECTED_ALL = [
     "MemAlignError",
     "MemAlignJudge",
     "MemoryFormatError",
+    "MemoryPermissionError",
     "MemoryUnavailableError",
     "PromptOptions",
     "ReflectionError",
