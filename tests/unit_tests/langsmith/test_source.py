@@ -245,7 +245,7 @@ def test_a_sync_records_the_judges_verdict_on_the_run_before_learning(
     verdict_listings = [
         r
         for r in server.requests_to("/feedback", "GET")
-        if r.query.get("feedback_source_type") == ["model"]
+        if r.query.get("source") == ["model"]
     ]
     assert len(verdict_listings) == (0 if corrections else 1)
     points = judge.agreement_history().points
