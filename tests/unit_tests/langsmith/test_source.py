@@ -243,9 +243,7 @@ def test_a_sync_records_the_judges_verdict_on_the_run_before_learning(
     assert model.responder.roles.count("judge") == judged  # read, not judged again
     # With corrections the listing already held the verdicts; without, one more listing.
     verdict_listings = [
-        r
-        for r in server.requests_to("/feedback", "GET")
-        if r.query.get("feedback_source_type") == ["model"]
+        r for r in server.requests_to("/feedback", "GET") if r.query.get("source") == ["model"]
     ]
     assert len(verdict_listings) == (0 if corrections else 1)
     points = judge.agreement_history().points
