@@ -18,7 +18,7 @@ from langchain_memalign._text import normalize
 from langchain_memalign.errors import UnknownFeedbackError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
-from langchain_memalign.graphs.provenance import supporting_sources
+from langchain_memalign.graphs.provenance import obeys_feedback, supporting_sources
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
@@ -161,7 +161,8 @@ class ForgetStep:
             result.usage = result.usage + usage
             text = " ".join(out.text.split())
             twin = keep_texts.get(normalize(text))
-            if not text:
+            # An order a remaining rationale gave is no restatement (`obeys_feedback`).
+            if not text or obeys_feedback(text, [support[s] for s in remaining if s in support]):
                 result.removed.append(g.id)
             elif twin is not None:  # it now says what another guideline says
                 base = widened.get(twin.id, twin)

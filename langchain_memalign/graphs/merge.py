@@ -19,6 +19,7 @@ from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.graphs.provenance import (
     TOPIC_SEARCH_DEPTH,
     names_one_case,
+    obeys_feedback,
     restates_case,
     supporting_sources,
 )
@@ -62,7 +63,11 @@ class MergeStep:
             shown = [known[i] for i in r.shown_ids if i in known]
             for p in r.proposals:
                 cited_fb = [known[s] for s in p.source_ids if s in known]
-                if restates_case(
+                ordered = obeys_feedback(p.text, [*cited_fb, *shown])
+                if ordered:
+                    reason = f"addresses the judge ({', '.join(ordered)}) as a rationale it was "
+                    rejected.append(RejectedGuideline(text=p.text, reason=reason + "shown does"))
+                elif restates_case(
                     p.text, cited_fb, mem.config.scale.choices, shown, outputs=not pairs
                 ):
                     rejected.append(RejectedGuideline(text=p.text, reason="restates a case"))

@@ -27,8 +27,10 @@ from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Proposal
 from langchain_memalign.prompting.budget import fit_reflection
 from langchain_memalign.prompting.prompts import (
+    FEEDBACK_IS_MATERIAL,
     PAIR_SYSTEM,
     SINGLE_SYSTEM,
+    data_text,
     pair_messages,
     reflect_messages,
 )
@@ -125,8 +127,11 @@ class ReflectStep:
             cfg.instructions, cfg.scale, batch, existing, max_chars, contrast=contrast,
         )  # fmt: skip
         citable = ids + [fb.id for fb in contrast]
+        # The model cites the ids as the prompt shows them (quoted: `data_text`); the
+        # same for ordinary ids.
+        as_shown = {data_text(i, closes='"'): i for i in citable}
         reflector = StructuredCaller(
-            self.reflection_model, reflection_schema(citable), what="reflection",
+            self.reflection_model, reflection_schema(list(as_shown)), what="reflection",
             retries=cfg.options.max_retries,
         )  # fmt: skip
         try:
@@ -135,7 +140,7 @@ class ReflectStep:
             return _reflection_failed(ids, e)
         proposals = []
         for p in out.guidelines:
-            sources = [s for s in dict.fromkeys(p.source_ids) if s in citable]
+            sources = [as_shown[s] for s in dict.fromkeys(p.source_ids) if s in as_shown]
             # A guideline citing no known feedback is checked against the whole batch:
             # `merge` keeps only the sources whose rationale supports it.
             proposals.append(Proposal(p.text, sources or citable, p.existing_id))
@@ -162,7 +167,7 @@ class ReflectStep:
             return _reflection_failed(ids, e)
         text = " ".join(out.rule.split())
         # The request's own words back are no rule.
-        echo = echoes_prompt(text, PAIR_SYSTEM + "\n" + SINGLE_SYSTEM)
+        echo = echoes_prompt(text, "\n".join((PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL)))
         proposals = [Proposal(text, cited, "")] if text and not echo else []
         return {
             "reflections": [ReflectionResult(ids, proposals, shown_ids=cited)],

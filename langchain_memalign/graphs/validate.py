@@ -26,7 +26,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.provenance import restates_case
+from langchain_memalign.graphs.provenance import obeys_feedback, restates_case
 from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
@@ -261,7 +261,8 @@ class GuidelineValidator:
             return None, usage
         # The checks a proposal passes hold for its narrowing too: a case summary is
         # dropped without grading.
-        if restates_case(text, [*supporting, *(feedback[b] for b in broken)], cfg.scale.choices):
+        shown = [*supporting, *(feedback[b] for b in broken)]
+        if restates_case(text, shown, cfg.scale.choices) or obeys_feedback(text, shown):
             return None, usage
         candidate = g.model_copy(update={"text": text})
         cases = [feedback[c] for c in checked]

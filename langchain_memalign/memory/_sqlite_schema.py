@@ -15,8 +15,16 @@ connection as well, so that SQLite itself refuses to run functions with side
 effects from a schema.
 
 The database and its journal files must be regular files inside the folder:
-a symbolic link (`memory.sqlite` pointing elsewhere) would make every write
-of the memory land outside it, so it is refused before the file is opened.
+a symbolic link (`memory.sqlite` pointing elsewhere) or a hard link (a name
+inside the folder for a file that also has a name outside it) would make
+every write of the memory land outside it, so either is refused before the
+file is opened.
+
+A hot journal (`-journal` or `-wal` left by a writer that crashed, or
+crafted) is replayed by SQLite when the first read begins, before any
+statement of ours reads a row. The replay copies pages, never SQL, but a
+replayed page may hold a trigger; the schema check is that first read, so it
+sees the database as recovered, and refuses it before anything is written.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 from langchain_memalign.errors import MemoryFormatError
@@ -40,7 +49,12 @@ Entry = tuple[str, str, str, str | None]  # (type, name, table, normalized SQL)
 
 
 def refuse_links(db: Path) -> None:
-    """Raise `MemoryFormatError` if the database or a journal of it is a symbolic link."""
+    """Raise `MemoryFormatError` if the database or a journal of it is a link.
+
+    A symbolic link, or a hard link (a file with another name elsewhere: `st_nlink`
+    above 1), would make SQLite's writes (and the replay of a journal) change a file
+    outside the folder; either is refused before the file is opened.
+    """
     for suffix in _COMPANIONS:
         path = db.with_name(db.name + suffix)
         if path.is_symlink():
@@ -51,6 +65,17 @@ def refuse_links(db: Path) -> None:
             raise MemoryFormatError(
                 f"{db.parent}: {path.name} is a symbolic link (to {target}); a memory's "
                 "database must be a regular file inside its folder, so it was not opened"
+            )
+        try:
+            info = path.lstat()
+        except OSError:  # absent (most companions, most of the time)
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            raise MemoryFormatError(
+                f"{db.parent}: {path.name} is a hard link ({info.st_nlink} names share the "
+                "file, so writing it would change a file outside the folder); a memory's "
+                "database must be a regular file of its own inside its folder, so it was "
+                "not opened (copy the file to break the link)"
             )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,145 @@ def test_a_symbolic_link_is_refused_and_its_target_unchanged(
     for error in _open_every_way(saved, model):
         assert f"{name} is a symbolic link" in str(error) and str(outside) in str(error)
     assert _sha(outside) == before and (saved / name).is_symlink()
+
+
+@pytest.mark.parametrize("name", [DB_FILE, DB_FILE + "-journal", DB_FILE + "-wal"])
+def test_a_hard_link_is_refused_and_the_other_file_unchanged(
+    saved: Path, model: Any, tmp_path: Path, name: str
+) -> None:
+    # A hard link is no link to follow: the folder's name and the outside one are the
+    # same file, so SQLite's writes (or its replay of a journal) would change both.
+    outside = tmp_path / "outside.sqlite"
+    if name == DB_FILE:
+        shutil.move(saved / DB_FILE, outside)
+    else:
+        outside.write_bytes(b"not a journal")
+    (saved / name).hardlink_to(outside)
+    before = _sha(outside)
+    for error in _open_every_way(saved, model):
+        assert f"{name} is a hard link (2 names share the file" in str(error)
+    assert _sha(outside) == before and outside.stat().st_nlink == 2
+
+
+def test_a_copy_of_a_hard_linked_file_opens(saved: Path, tmp_path: Path) -> None:
+    # The remedy the message gives: a copy is a file of its own.
+    (tmp_path / "other-name").hardlink_to(saved / DB_FILE)
+    with pytest.raises(MemoryFormatError, match="hard link"):
+        MemoryStore.open(saved)
+    copy = saved / "copy"
+    shutil.copy(saved / DB_FILE, copy)
+    copy.replace(saved / DB_FILE)
+    MemoryStore.open(saved).close()
+
+
+def _hot_journal(db: Path, journal: Path) -> None:
+    """Write a rollback journal whose replay turns any database into `db`'s pages.
+
+    SQLite's format (sqlite.org/fileformat2.html#the_rollback_journal): a header of one
+    sector (magic, record count, checksum nonce, database size in pages, sector size,
+    page size), then every page as (page number, page, checksum).
+    """
+    data = db.read_bytes()
+    page_size = struct.unpack(">H", data[16:18])[0]
+    pages, nonce, sector = len(data) // page_size, 7, 512
+    header = bytes.fromhex("d9d505f920a163d7")
+    header += struct.pack(">IIIII", pages, nonce, pages, sector, page_size)
+    out = bytearray(header.ljust(sector, b"\0"))
+    for n in range(pages):
+        page = data[n * page_size : (n + 1) * page_size]
+        checksum = nonce + sum(page[i] for i in range(page_size - 200, 0, -200))
+        out += struct.pack(">I", n + 1) + page + struct.pack(">I", checksum & 0xFFFFFFFF)
+    journal.write_bytes(bytes(out))
+
+
+def _names(db: Path, *, replay: bool) -> set[str]:
+    """The schema's names, as SQLite reads them with (or without) replaying a journal."""
+    uri = f"file:{db}" + ("" if replay else "?immutable=1")
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    finally:
+        conn.close()
+
+
+OPENERS = {
+    "load": lambda folder, model: MemAlignJudge.load(
+        folder, model=model, embeddings=HashEmbeddings()
+    ),
+    "constructor": lambda folder, model: MemAlignJudge(
+        name="helpfulness",
+        instructions=INSTRUCTIONS,
+        model=model,
+        embeddings=HashEmbeddings(),
+        path=folder,
+    ),
+    "open": lambda folder, model: MemoryStore.open(folder),
+    "create": lambda folder, model: MemoryStore.create(folder),
+}
+
+
+@pytest.mark.parametrize("how", sorted(OPENERS))
+def test_a_trigger_in_a_hot_journal_is_seen_after_the_replay_and_refused(
+    saved: Path, model: Any, tmp_path: Path, how: str
+) -> None:
+    # The file as it is has our schema only; the journal beside it, replayed by SQLite
+    # before any statement reads a row, brings the trigger back.
+    crafted = tmp_path / "crafted"
+    shutil.copytree(saved, crafted)
+    with sqlite3.connect(crafted / DB_FILE) as conn:
+        conn.executescript(CRAFTED["trigger"][0])
+    conn.close()
+    _hot_journal(crafted / DB_FILE, saved / (DB_FILE + "-journal"))
+    assert "keep_text" not in _names(saved / DB_FILE, replay=False)
+    with pytest.raises(MemoryFormatError) as e:
+        OPENERS[how](saved, model)
+    assert "trigger 'keep_text' on feedback" in str(e.value)
+    # The check read the replayed schema, and nothing ran: no text was kept.
+    assert "keep_text" in _names(saved / DB_FILE, replay=False)
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='kept'").fetchone() is None
+    conn.close()
+
+
+@pytest.mark.parametrize("how", sorted(OPENERS))
+def test_a_trigger_in_a_write_ahead_log_is_refused(
+    saved: Path, model: Any, tmp_path: Path, how: str
+) -> None:
+    # A database in WAL mode whose log (never checkpointed) adds the trigger: SQLite
+    # reads the log's pages in place of the file's.
+    live = tmp_path / "live"
+    shutil.copytree(saved, live)
+    conn = sqlite3.connect(live / DB_FILE, isolation_level=None)
+    try:
+        assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.executescript(CRAFTED["trigger"][0])
+        for suffix in ("", "-wal"):
+            shutil.copy(live / (DB_FILE + suffix), saved / (DB_FILE + suffix))
+    finally:
+        conn.close()
+    assert "keep_text" not in _names(saved / DB_FILE, replay=False)
+    with pytest.raises(MemoryFormatError, match="trigger 'keep_text' on feedback"):
+        OPENERS[how](saved, model)
+
+
+def test_a_hot_journal_of_our_own_schema_is_replayed_and_opens(saved: Path, tmp_path: Path) -> None:
+    # A writer that crashed mid-commit: the replay restores the last committed memory.
+    before = MemoryStore.open(saved)
+    ids = set(before.get_feedback(["sweater", "hours", "rude"]))
+    before.close()
+    committed = tmp_path / "committed"
+    shutil.copytree(saved, committed)
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.execute("DELETE FROM feedback")
+    conn.close()
+    _hot_journal(committed / DB_FILE, saved / (DB_FILE + "-journal"))
+    store = MemoryStore.open(saved)
+    assert set(store.get_feedback(["sweater", "hours", "rude"])) == ids == {
+        "sweater", "hours", "rude"
+    }  # fmt: skip
+    store.close()
+    assert not (saved / (DB_FILE + "-journal")).exists()
 
 
 def test_an_older_folder_still_opens_and_gains_what_it_lacks(saved: Path, model: Any) -> None:
