@@ -7,7 +7,10 @@ each. The reviewers (simulated here) correct the verdicts they disagree with
 in the feedback itself and add their own review where the judge was right,
 then mark the items done. The next `cycle()` pulls those reviews, aligns the
 judge on them and sends the next runs. The example prints the judge's
-agreement with the reviewers before and after the cycle.
+agreement with the reviewers before and after the cycle, then, once the
+second batch is reviewed and learned, the agreement series: each review
+beside the verdict the judge had written on that run before learning it, with
+where each align happened (read from LangSmith, at no judge call).
 
 By default it starts the local LangSmith test server of this repository
 (`tests/langsmith_server.py`), so it needs no LangSmith account; with
@@ -306,6 +309,18 @@ def run(
     again = queue.pull()
     print(f"\nPulling again adds nothing: {len(again.added)} new, {len(again.updated)} changed.")
 
+    print("\nReviewers work through the runs sent in cycle 2; cycle 3 pulls and aligns them.")
+    review(client, queue, second.sent.verdicts, cases, project_id)
+    queue.cycle(write_verdicts=True, **options)
+    # Each review beside the verdict the judge had written on that run before it learned
+    # the review: read from LangSmith, so the series costs no judge call.
+    history = judge.agreement_history(window=args.batch)
+    print("\nAgreement with each review before the judge learned it (memalign show --curve):")
+    for w in history.windows:
+        print(f"  reviews {w.first}-{w.last}: agreed on {w.accuracy:.0%} of {w.count}")
+    for a in history.aligns:
+        print(f"  align {a.number} after review {a.after}: learned {a.learned}")
+
     def rate(verdicts: dict[str, Any], ids: list[str]) -> float:
         return sum(verdicts[r] == labels[r] for r in ids) / len(ids) if ids else 0.0
 
@@ -318,6 +333,7 @@ def run(
         "sent_next": second.sent.run_ids,
         "pulled": pulled,
         "again": again,
+        "history": history,
         "judge": judge,
         "queue_id": queue.queue_id,
     }
