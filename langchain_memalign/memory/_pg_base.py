@@ -311,9 +311,8 @@ class PostgresBase(Store):
 
         Only connection failures are translated (no SQLSTATE: the client lost the
         socket or the pool timed out; class 08: connection exception; 57P: the
-        server shut down or ended the session; 25P03: it ended a session idle in
-        a transaction for longer than `idle_in_transaction_session_timeout`).
-        Errors of the SQL itself keep their own handling.
+        server shut down or ended the session). Errors of the SQL itself keep
+        their own handling.
         """
         role = None
         try:
@@ -329,7 +328,7 @@ class PostgresBase(Store):
             ) from safe_cause(e, self.target)
         except self._psycopg.OperationalError as e:
             state = getattr(e, "sqlstate", None)
-            if state is not None and not state.startswith(("08", "57P", "25P03")):
+            if state is not None and not state.startswith(("08", "57P")):
                 raise
             raise MemoryUnavailableError(
                 f"{self._where()}: lost the connection to PostgreSQL "
