@@ -580,9 +580,13 @@ def test_an_align_outlasting_the_servers_idle_transaction_timeout_fails_whole(
     impatient = make_judge(path=strict, model=ScriptedChatModel(responder=slow))
     with pytest.raises(AlignFailedError, match="align failed and was rolled back") as err:
         impatient.align([SWEATER.model_copy(update={"rationale": "Say sorry first."}), RUDE])
-    # The server's own error, named in the message (psycopg's IdleInTransactionSessionTimeout).
-    assert "idle-in-transaction timeout" in str(err.value)
-    assert getattr(err.value.__cause__, "sqlstate", None) == "25P03"
+    # The server ended the session: newer psycopg reports its error (SQLSTATE 25P03,
+    # IdleInTransactionSessionTimeout), older versions only the closed connection.
+    cause = err.value.__cause__
+    assert getattr(cause, "sqlstate", None) == "25P03" or isinstance(
+        cause, MemoryUnavailableError
+    ), repr(cause)
+    assert "idle-in-transaction timeout" in str(err.value) or "closed" in str(err.value)
     assert impatient.memory.store.dump() == before
     assert impatient.feedback_ids == ["sweater", "hours"]  # and it still reads
     impatient.close()
