@@ -10,7 +10,12 @@ and side by side on the same servers:
   oracle the rulebook closes without a single review;
 - `few_shot`: every training case of the domain with its verdict and rationale in the prompt,
   laid out as the judge lays out past cases;
+- `checks_oracle`: no feedback; the domain's hidden rule stated by hand with its hand-written
+  check (`rules_checks.json` beside the data, the first phrasing; `judge.rules.set_check`):
+  the ceiling of rules as checks;
 - `ours`: `MemAlignJudge` at the package's defaults, aligned on the domain's 8 cases;
+- `ours@N` for each N of `--curve`: the same, aligned on N of them (half passing, half
+  failing, in file order): the learning curve;
 - `ours_<name>` for each `--ablation name:option=value;...`: the same, one mechanism changed;
 - `ours_<name>` for each `--judge-ablation name:option=value;...`: `ours`' own memory (the same
   repeat's, saved after its alignment) judged with these options changed: the same guidelines
@@ -110,6 +115,14 @@ def as_feedback(row: dict[str, Any]) -> Feedback:
     )  # fmt: skip
 
 
+def balanced(feedback: list[Feedback], n: int) -> list[Feedback]:
+    """The first `n` items, half passing and half failing (in file order)."""
+    passing = [fb for fb in feedback if fb.value is True]
+    failing = [fb for fb in feedback if fb.value is False]
+    picked = passing[: n - n // 2] + failing[: n // 2]
+    return [fb for fb in feedback if fb in picked]
+
+
 def load_domains(path: Path, only: list[str]) -> list[Domain]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     by: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -184,6 +197,9 @@ def judge_rows(judge: Any, rows: list[dict[str, Any]], concurrency: int) -> list
             "prompt_hash": rec["prompt_hash"],
             **({"messages": rec.get("messages")} if i < 2 else {}),
             "episode_ids": None if err else (res.get("metadata") or {}).get("episode_ids"),
+            "check_fired": None if err else (res.get("metadata") or {}).get("check_fired"),
+            "checks_asked": None if err else len((res.get("metadata") or {}).get("checks") or []),
+            "calls": rec["calls"],
         })  # fmt: skip
     return out
 
@@ -262,6 +278,22 @@ class Bench:
         finally:
             judge.close()
 
+    def run_checks_oracle(self, d: Domain) -> dict[str, Any]:
+        """No feedback: the hidden rule stated by hand, with its hand-written check."""
+        spec = json.loads(Path(self.args.checks).read_text(encoding="utf-8"))[d.name]
+        phrasing = spec["phrasings"][0]
+        judge = self.new_judge(d, {})
+        try:
+            rule = judge.rules.add(d.rule, author="oracle")
+            judge.rules.set_check(
+                rule.id, applies=phrasing.get("applies"), broken=phrasing["broken"],
+                broken_when=not phrasing.get("broken_is_kept", False),
+                exception=phrasing.get("exception"), consequence=False, author="oracle",
+            )  # fmt: skip
+            return self.judge_all(judge, d, seen=self.args.seen)
+        finally:
+            judge.close()
+
     def run_few_shot(self, d: Domain) -> dict[str, Any]:
         # Laid out as the judge lays out past cases (its prompt layout and verdict order).
         probe = self.new_judge(d, {})
@@ -302,13 +334,18 @@ class Bench:
             shutil.rmtree(scratch.parent, ignore_errors=True)
 
     def run_ours(
-        self, d: Domain, options: dict[str, Any], save: Path | None = None
+        self,
+        d: Domain,
+        options: dict[str, Any],
+        save: Path | None = None,
+        train: int | None = None,
     ) -> dict[str, Any]:
         judge = self.new_judge(d, options)
+        feedback = d.feedback() if train is None else balanced(d.feedback(), train)
         try:
             counter = UsageCallbackHandler()
             started = time.perf_counter()
-            rep = judge.align(d.feedback(), with_callback(None, counter), raise_on_failure=False)
+            rep = judge.align(feedback, with_callback(None, counter), raise_on_failure=False)
             seconds = time.perf_counter() - started
             u = counter.usage()
             align = {
@@ -320,6 +357,8 @@ class Bench:
                                for g in judge.guidelines],
                 "rejected": [r.model_dump() for r in rep.guidelines_rejected],
                 "validation": [c.model_dump() for c in rep.validation],
+                "checks": [c.model_dump() for c in rep.checks],
+                "trained_on": [fb.id for fb in feedback],
             }  # fmt: skip
             log(
                 f"  {d.name}: aligned in {seconds:.0f}s, {u.llm_calls} calls, "
@@ -578,6 +617,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="an option for every judge of the run (use with another --out)",
     )
+    ap.add_argument(
+        "--curve",
+        default="",
+        metavar="N,N,...",
+        help="also `ours@N`: ours aligned on N training items per domain (learning curve)",
+    )
+    ap.add_argument(
+        "--checks",
+        default=None,
+        help="hand-written checks for `checks_oracle` (default: rules_checks.json beside --data)",
+    )
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument(
         "--no-seen",
@@ -618,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("an ablation name is used twice")
 
     data_path = Path(args.data)
+    args.checks = args.checks or str(data_path.with_name("rules_checks.json"))
     domains = load_domains(data_path, [d for d in args.domains.split(",") if d])
     if args.fake:
         from harness.fakes import HashEmbeddings, SchemaFakeChat
@@ -653,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
         proxy = start_proxy(args, MLFLOW_DIR / "proxy.py", workdir)
     systems = [s for s in args.systems.split(",") if s] + [f"ours_{n}" for n in ablations]
     systems += [f"ours_{n}" for n in judge_ablations]
+    systems += [f"ours@{int(n)}" for n in args.curve.split(",") if n.strip()]
     memories = Path(args.out).with_suffix(".memories")
     if args.mlflow:
         systems.append("mlflow")
@@ -669,6 +721,10 @@ def main(argv: list[str] | None = None) -> int:
                         entry = bench.run_unaligned(d)
                     elif system == "expert_rule":
                         entry = bench.run_expert_rule(d)
+                    elif system == "checks_oracle":
+                        entry = bench.run_checks_oracle(d)
+                    elif system.startswith("ours@"):
+                        entry = bench.run_ours(d, {}, train=int(system.removeprefix("ours@")))
                     elif system == "few_shot":
                         entry = bench.run_few_shot(d)
                     elif system == "ours":

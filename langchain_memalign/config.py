@@ -3,7 +3,8 @@
 `JudgeOptions` holds every option of a judge, nested by concern: `retrieval` (which
 past cases a judgment shows), `reflection` (how guidelines are distilled), `validation`
 (how new guidelines are checked), `calibration` (score calibration on integer scales) and
-`prompt` (how the judge prompt is laid out). `JudgeConfig` is what a memory stores: the
+`prompt` (how the judge prompt is laid out) and `checks` (learned rules asked as
+questions about each case). `JudgeConfig` is what a memory stores: the
 judge's name, instructions, scale, `k` and its options.
 
 Before the options were nested they were flat keyword arguments and flat keys of the
@@ -205,6 +206,41 @@ class PromptOptions(_Group):
     )
 
 
+class ChecksOptions(_Group):
+    """Learned rules as checks: yes/no questions about a case, tested on the experts' cases."""
+
+    mode: Literal["separate", "joint", "off"] = Field(
+        default="separate",
+        description="How a check's questions are asked, at judgment and when it is tested: "
+        "'separate' (the default), each question in its own short call, a check's next "
+        "question only when the answer so far leaves it open; 'joint', every question of "
+        "every check in one structured call per case (fewer calls, longer answers); 'off', "
+        "no checks are written or run (docs/decisions.md#rules-as-checks-tested-on-the-"
+        "experts-cases).",
+    )
+    min_agreement: float = Field(
+        default=0.75, ge=0.0, le=1.0,
+        description="Share of the experts' cases a learned check must agree with to be "
+        "kept; a phrasing below it is replaced by the next candidate (the inverted "
+        "question), and a rule none of whose phrasings reaches it keeps no check. Checks "
+        "experts wrote are tested and kept whatever their agreement.",
+    )  # fmt: skip
+    test_cases: int = Field(
+        default=16, ge=0, le=1000,
+        description="Most of the experts' cases a check is tested on: its rule's source "
+        "cases first, then the others. 0 keeps every written check untested.",
+    )  # fmt: skip
+    max_per_judgment: int = Field(
+        default=4, ge=0, le=64,
+        description="Most checks asked per judgment: those of the guidelines the judgment "
+        "shows, best tested first.",
+    )  # fmt: skip
+    case_max_chars: int = Field(
+        default=2000, ge=100,
+        description="Characters of each field of a case shown with a check's question.",
+    )  # fmt: skip
+
+
 class JudgeOptions(_Group):
     """Every option of a judge, nested by concern; all have defaults.
 
@@ -219,6 +255,7 @@ class JudgeOptions(_Group):
     validation: ValidationOptions = Field(default_factory=ValidationOptions)
     calibration: CalibrationOptions = Field(default_factory=CalibrationOptions)
     prompt: PromptOptions = Field(default_factory=PromptOptions)
+    checks: ChecksOptions = Field(default_factory=ChecksOptions)
     # Every structured model call retries: judgments, reflection, narrowing, consolidation.
     max_retries: int = Field(
         default=2, ge=0, le=10, description="Retries when a model returns malformed output."

@@ -31,6 +31,7 @@ from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.judge import JudgeNodes, JudgeState, build_judge_graph
+from langchain_memalign.graphs.learn_checks import CheckLearner
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.postgres import is_postgres_url
@@ -153,6 +154,9 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             self.reflection_model,
             GuidelineValidator(memory, self._judge_nodes, self.reflection_model),
             self._calibrator,
+            # Checks are written by the reflection model and tested with the judge's own,
+            # asked as the judge will ask them.
+            CheckLearner(memory, self.reflection_model, self._judge_nodes.asker),
         )
         self.graph: CompiledStateGraph[JudgeState, None, JudgeState, JudgeState] = (
             build_judge_graph(self._judge_nodes)

@@ -75,6 +75,23 @@ class GuidelineCheck(BaseModel):
     narrowed_text: str | None = None
 
 
+class CheckReport(BaseModel):
+    """What an align or unalign did to one guideline's check (`options.checks`)."""
+
+    rule_id: str
+    action: str = Field(
+        description="'written' (the first candidate was kept), 'rephrased' (a later one "
+        "was), 'tested' (a stored check, tested again), 'rewritten' (a stored check no "
+        "longer agreed and was replaced by new candidates, reported again below), "
+        "'dropped' (no candidate agreed with the experts' cases), 'redundant' (it caught "
+        "nothing another check does not; not stored), 'none' (the model wrote no check "
+        "for the rule), 'removed' (its rule is gone)."
+    )
+    check: str = Field(default="", description="The check's questions and consequence.")
+    agreement: str = Field(default="", description="How it did on the experts' cases.")
+    tried: int = Field(default=0, description="Candidate phrasings tested.")
+
+
 class CalibrationReport(BaseModel):
     """What an align's calibration step graded, and the score remapping it left."""
 
@@ -136,6 +153,11 @@ class AlignReport(BaseModel):
         default=None,
         description="The calibration step on integer scales (None when it did not run).",
     )
+    checks: list[CheckReport] = Field(
+        default_factory=list,
+        description="Each guideline's check: written, rephrased, tested, dropped, with its "
+        "agreement with the experts' cases.",
+    )
     graded_first: list[str] = Field(
         default_factory=list,
         description="New feedback ids the judge graded before learning them "
@@ -181,6 +203,7 @@ class AlignReport(BaseModel):
             failed=sorted(set(reports[-1].failed)) if reports else [],
             guidelines_rejected=[x for r in reports for x in r.guidelines_rejected],
             validation=[c for r in reports for c in r.validation],
+            checks=[c for r in reports for c in r.checks],
             calibration=_merge_calibration([r.calibration for r in reports]),
             graded_first=cat("graded_first"),
             agreement_recorded=cat("agreement_recorded"),
@@ -225,6 +248,9 @@ class UnalignReport(BaseModel):
     )
     guidelines_rederived: list[str] = Field(
         default_factory=list, description="Guidelines re-distilled from their remaining sources."
+    )
+    checks: list[CheckReport] = Field(
+        default_factory=list, description="Checks tested again without the removed feedback."
     )
     errors: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)

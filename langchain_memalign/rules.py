@@ -15,6 +15,9 @@ What each mark protects the rule from (docs/experts.md):
   re-derivation, consolidation and validation never rewrite or remove it
   (unaligning its sources only takes them out of its provenance).
 - pinned (`pin`): kept exactly as it is by every automatic step.
+- checked (`set_check`): the rule as yes/no questions the judge asks about each case,
+  written by the expert; no model rewrites or drops it. Learned rules get checks of
+  their own, tested on the experts' cases (`Rule.check`).
 - rejected (`reject`): removed, and a later proposal restating it (equal text,
   or an embedding similarity of at least `memory.rulebook.REJECTED_SIMILARITY`)
   is refused and listed in `AlignReport.guidelines_rejected`.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +37,7 @@ from langchain_memalign.errors import InvalidRuleError, UnknownRuleError
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import (
+    Check,
     RejectedRule,
     Rule,
     RulebookState,
@@ -58,7 +63,7 @@ def _as_rules(guidelines: Sequence[Guideline], state: RulebookState) -> list[Rul
         rules.append(
             Rule(
                 id=g.id, text=g.text, source_ids=g.source_ids, author=mark.author,
-                edited_by=mark.edited_by, pinned_by=mark.pinned_by,
+                edited_by=mark.edited_by, pinned_by=mark.pinned_by, check=state.checks.get(g.id),
             )
         )  # fmt: skip
     return rules
@@ -202,6 +207,107 @@ class Rulebook:
         """
         return self._set_pin(rule_id, author, reason, pinned=False)
 
+    def set_check(
+        self,
+        rule_id: str,
+        *,
+        broken: str,
+        author: str,
+        applies: str | None = None,
+        exception: str | None = None,
+        broken_when: bool = True,
+        consequence: Any = None,
+        reason: str | None = None,
+    ) -> Rule:
+        """Write a rule's check as an expert: yes/no questions and the verdict breaking it gives.
+
+        The judge asks `applies` (if given), then `broken`, then `exception` (if given)
+        about each case; the rule is broken when `applies` is answered yes, `broken` is
+        answered `broken_when` and `exception` no, and the judge then gives
+        `consequence` (required except on pairwise scales, where the output that breaks
+        the rule loses). No model rewrites or drops an expert's check; each align that
+        changes the feedback tests it on the experts' cases (`Rule.check.test`).
+
+        ```python
+        judge.rules.set_check(
+            rule.id,
+            applies="Does the reply suggest a dose?",
+            broken="Does the reply tell the patient to confirm the dose with a pharmacist?",
+            broken_when=False,
+            consequence=False,
+            author="dana",
+        )
+        ```
+
+        Raises:
+            UnknownRuleError: no rule has this id.
+            InvalidRuleError: an empty question or author, a consequence off the
+                judge's scale or missing.
+        """
+        author = _clean(author, "author", rule_id)
+        reason = None if reason is None else _clean(reason, "reason", rule_id)
+        broken = _clean(broken, "broken question", rule_id)
+        applies = None if applies is None else _clean(applies, "applies question", rule_id)
+        exception = None if exception is None else _clean(exception, "exception question", rule_id)
+        for text in (broken, applies, exception):
+            if text is not None:
+                self._check_length(text, rule_id)
+        if not isinstance(broken_when, bool):
+            raise InvalidRuleError("broken_when must be True or False", rule_id=rule_id)
+        scale = self._memory.config.scale
+        if scale.kind == "pairwise":
+            consequence = None
+        elif consequence is None:
+            raise InvalidRuleError(
+                "say which verdict breaking the rule gives: consequence=...", rule_id=rule_id
+            )
+        else:
+            try:
+                consequence = scale.validate_value(consequence)
+            except ValueError as e:
+                raise InvalidRuleError(
+                    f"the consequence is not on the judge's scale: {e}", rule_id=rule_id
+                ) from e
+
+        def change(state: RulebookState, current: dict[str, Guideline]) -> Guideline:
+            rule = self._existing(rule_id, current)
+            state.checks[rule_id] = Check(
+                applies=applies, broken=broken, broken_when=broken_when, exception=exception,
+                consequence=consequence, rule_text=rule.text, author=author,
+            )  # fmt: skip
+            state.changes.append(
+                RuleChange(
+                    action="check", rule_id=rule_id, author=author, reason=reason,
+                    text=state.checks[rule_id].describe(),
+                )
+            )  # fmt: skip
+            return rule
+
+        return self._apply("rule_check", rule_id, change, None)
+
+    def remove_check(self, rule_id: str, *, author: str, reason: str | None = None) -> Rule:
+        """Remove a rule's check (the rule stays); the next align may write a new one.
+
+        Removing a check from a rule that has none changes nothing.
+
+        Raises:
+            UnknownRuleError: no rule has this id.
+            InvalidRuleError: an empty author.
+        """
+        author = _clean(author, "author", rule_id)
+        reason = None if reason is None else _clean(reason, "reason", rule_id)
+
+        def change(state: RulebookState, current: dict[str, Guideline]) -> Guideline | None:
+            rule = self._existing(rule_id, current)
+            if state.checks.pop(rule_id, None) is None:
+                return None
+            state.changes.append(
+                RuleChange(action="uncheck", rule_id=rule_id, author=author, reason=reason)
+            )
+            return rule
+
+        return self._apply("rule_uncheck", rule_id, change, None)
+
     def reject(self, rule_id: str, *, reason: str, author: str) -> RejectedRule:
         """Remove a rule and keep reflection from learning it again.
 
@@ -228,6 +334,7 @@ class Rulebook:
                 )
             record = RejectedRule(id=rule_id, text=old.text, reason=reason, author=author)
             state.marks.pop(rule_id, None)
+            state.checks.pop(rule_id, None)
             state.rejected.append(record)
             state.changes.append(
                 RuleChange(

@@ -137,6 +137,7 @@ class RoleResponder:
         self.fail_reflect = False
         self.narrowed_text = ""
         self.fail_next_reflections = 0  # fail this many reflections, then succeed
+        self.check_word = ""  # set: rules become checks on this word (`write_check`)
         self.roles: list[str] = []
         self._lock = threading.Lock()
 
@@ -177,10 +178,46 @@ class RoleResponder:
             return {"text": "Rule restated from " + ", ".join(ids) if ids else ""}
         if role == "narrow":
             return {"text": self.narrowed_text}
+        if role == "write_checks":
+            # Each rule as one question whose answer is yes when the reply lacks the rule's
+            # last word (`self.check_words`: rule id -> word), for the rules listed there.
+            ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
+            return {
+                "checks": [self.write_check(i, human) for i in ids if self.write_check(i, human)]
+            }
+        if role == "ask_check":
+            return self.answer_check(human)
         if role == "consolidate":
             ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
             return {"guidelines": [{"text": "Consolidated rule.", "merged_from": ids}]}
         raise AssertionError(f"unexpected prompt: {system[:80]}")
+
+    def write_check(self, rule_id: str, human: str) -> dict[str, Any] | None:
+        """The check the fake writes for a rule: none unless `check_word` is set.
+
+        With `check_word`, every rule is checked by "Does the reply leave out the word
+        '<check_word>'?" (kept: "Does the reply contain ...?").
+        """
+        if not self.check_word:
+            return None
+        return {
+            "rule_id": rule_id,
+            "applies": "",
+            "broken": f"Does the reply leave out the word '{self.check_word}'?",
+            "kept": f"Does the reply contain the word '{self.check_word}'?",
+            "exception": "",
+        }
+
+    def answer_check(self, human: str) -> dict[str, Any]:
+        """Answers questions about a case literally: "contain"/"leave out" the word 'w'."""
+        reply = human.split("Reply:\n", 1)[1].split("\n\nQuestion", 1)[0]
+        reply = reply.split("\n\nAnswer each question", 1)[0].lower()
+        answers = {}
+        for n, q in re.findall(r"(?:^|\n)(?:q(\d+): |Question: )(.*)", human):
+            m = re.search(r"'([^']+)'", q)
+            has = bool(m) and m.group(1).lower() in reply
+            answers[f"q{n}" if n else "answer"] = (not has) if "leave out" in q else has
+        return answers
 
     def _reflection_fails(self) -> bool:
         """Whether this reflection call fails: always, or one of the next few."""
@@ -193,6 +230,10 @@ class RoleResponder:
     def _role(system: str) -> str:
         if system.startswith("You are an expert evaluator"):
             return "judge"
+        if system.startswith("You turn the grading rules"):
+            return "write_checks"
+        if system.startswith("Answer questions about the case"):
+            return "ask_check"
         if "grading rules of a team of experts" in system:
             return "pair" if '{"rule"' in system else "reflect"
         if "been withdrawn" in system:

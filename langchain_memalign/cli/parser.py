@@ -144,7 +144,10 @@ def _rules_parser(
         '  memalign rules edit -c judge.toml g-1a2b3c4d5e6f "..." --author dana --reason "..."\n'
         "  memalign rules pin -c judge.toml g-1a2b3c4d5e6f --author dana\n"
         '  memalign rules reject -c judge.toml g-1a2b3c4d5e6f --reason "too broad" '
-        "--author dana",
+        "--author dana\n"
+        '  memalign rules check -c judge.toml g-1a2b3c4d5e6f --applies "Does the reply suggest '
+        'a dose?" --broken "Does it tell the patient to confirm the dose with a pharmacist?" '
+        "--broken-when no --consequence false --author dana",
         formatter_class=fmt,
     )
     actions = p.add_subparsers(dest="rules_action", metavar="ACTION", required=True)
@@ -193,6 +196,40 @@ def _rules_parser(
     q.add_argument("id", help="the rule's id (see `rules list`)")
     reason(q, required=True)
     author(q)
+    _common(q)
+
+    q = actions.add_parser(
+        "check",
+        help="write a rule's check: yes/no questions the judge asks about each case",
+        description="The judge asks --applies (if given), then --broken, then --exception "
+        "(if given) about each case; the rule is broken when --applies is answered yes, "
+        "--broken is answered --broken-when and --exception no, and the judge then gives "
+        "--consequence. No align rewrites or drops your check; each align tests it on the "
+        "experts' cases (`rules list` shows how it did).",
+        formatter_class=fmt,
+    )
+    q.add_argument("id", help="the rule's id (see `rules list`)")
+    q.add_argument("--broken", required=True, help="the question that shows the rule broken")
+    q.add_argument("--applies", help="a question whose yes means the rule applies")
+    q.add_argument("--exception", help="a question whose yes means an exception holds")
+    q.add_argument(
+        "--broken-when",
+        choices=("yes", "no"),
+        default="yes",
+        help="the answer to --broken that means the rule is broken (default: yes)",
+    )
+    q.add_argument(
+        "--consequence",
+        help="the verdict when the rule is broken, on the judge's scale (not on pairwise)",
+    )
+    author(q)
+    reason(q)
+    _common(q)
+
+    q = actions.add_parser("uncheck", help="remove a rule's check; the rule stays")
+    q.add_argument("id", help="the rule's id (see `rules list`)")
+    author(q)
+    reason(q)
     _common(q)
     p.set_defaults(func=cmd_rules)
 

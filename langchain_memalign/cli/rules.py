@@ -7,6 +7,7 @@ stated or edited rule is embedded as learned guidelines are.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo
@@ -27,7 +28,13 @@ def describe_rule(rule: Rule) -> str:
     origin = [f"stated by {rule.author}"] if rule.author else []
     if rule.source_ids:
         origin.append("from feedback " + ", ".join(rule.source_ids))
-    return f"{head}\n  {rule.text}\n  " + ("; ".join(origin) or "no sources left")
+    out = f"{head}\n  {rule.text}\n  " + ("; ".join(origin) or "no sources left")
+    check = rule.check
+    if check is not None:
+        by = f" (written by {check.author})" if check.author else ""
+        test = check.test.describe() if check.test else "not tested on the experts' cases yet"
+        out += f"\n  check{by}: {check.describe()}\n  test: {test}"
+    return out
 
 
 def _list(ctx: Context) -> int:
@@ -64,6 +71,16 @@ def _list(ctx: Context) -> int:
     return EXIT_OK
 
 
+def _consequence(text: str | None) -> Any:
+    """A verdict typed on the command line: JSON (`false`, `3`, `"bad"`) or a bare label."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def cmd_rules(ctx: Context) -> int:
     """Run one `memalign rules` action."""
     args = ctx.args
@@ -86,6 +103,17 @@ def cmd_rules(ctx: Context) -> int:
                 change = rules.pin if action == "pin" else rules.unpin
                 rule = change(args.id, author=args.author, reason=args.reason)
                 echo(f"{'Pinned' if rule.pinned else 'Unpinned'} {rule.id}: {rule.text}")
+            elif action == "check":
+                rule = rules.set_check(
+                    args.id, broken=args.broken, applies=args.applies, exception=args.exception,
+                    broken_when=args.broken_when == "yes",
+                    consequence=_consequence(args.consequence), author=args.author,
+                    reason=args.reason,
+                )  # fmt: skip
+                echo(f"Checked {rule.id}: {rule.check.describe() if rule.check else ''}")
+            elif action == "uncheck":
+                rule = rules.remove_check(args.id, author=args.author, reason=args.reason)
+                echo(f"Removed the check of {rule.id}")
             else:
                 rejected = rules.reject(args.id, reason=args.reason, author=args.author)
                 echo(f"Rejected {rejected.id}: {rejected.text}")

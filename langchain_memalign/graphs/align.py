@@ -3,10 +3,10 @@ r"""The align and unalign graphs, and `AlignNodes`: the whole of `align` and `un
 ```
 START -> classify -(changed items?)-> forget -> batch -(Send per batch)-> reflect -> merge
                  \\-(none changed)-------------/     \\-(nothing to reflect)--------/
-merge -> validate -> calibrate -(over budget?)-> consolidate -> END
+merge -> validate -> calibrate -(over budget?)-> consolidate -> checks -> END
                               \\-------------------------------/
 
-START -> forget -> END            (the unalign graph)
+START -> forget -> checks -> END            (the unalign graph)
 ```
 Each step lives in the module named for it, as a part of `AlignNodes`: `classify`
 (added, changed and unchanged feedback; a retag is stored at once), `forget` (what
@@ -17,7 +17,9 @@ transaction) and `consolidate` (overlapping guidelines merged when they outgrow
 their budget). `validate` grades seen cases with and without each new guideline
 and narrows or drops one that breaks more expert verdicts than it fixes
 (`graphs.validate`). `calibrate`, on integer scales, grades the stored cases as
-unseen and keeps the judge's score beside the expert's (`graphs.calibrate`).
+unseen and keeps the judge's score beside the expert's (`graphs.calibrate`). `checks`
+writes each guideline as yes/no questions and tests them on the experts' cases
+(`graphs.learn_checks`), after any align or unalign that changed the memory.
 
 Every step that changes the memory writes through `JudgeMemory.write`. The graphs
 run inside one `JudgeMemory.atomic` unit (`langchain_memalign.alignment`), which
@@ -39,12 +41,14 @@ from langchain_memalign.graphs.calibrate import ScoreCalibrator
 from langchain_memalign.graphs.classify import ClassifyStep, route_changed
 from langchain_memalign.graphs.consolidate import ConsolidateStep
 from langchain_memalign.graphs.forget import ForgetStep
+from langchain_memalign.graphs.learn_checks import CheckLearner
 from langchain_memalign.graphs.merge import MergeStep
 from langchain_memalign.graphs.reflect import ReflectStep
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.prompting.schemas import Consolidation, Rederived
 from langchain_memalign.prompting.structured import StructuredCaller
+from langchain_memalign.reports import Usage
 
 
 class AlignNodes(ClassifyStep, ForgetStep, ReflectStep, MergeStep, ConsolidateStep):
@@ -56,8 +60,10 @@ class AlignNodes(ClassifyStep, ForgetStep, ReflectStep, MergeStep, ConsolidateSt
         model: BaseChatModel,
         validator: GuidelineValidator | None = None,
         calibrator: ScoreCalibrator | None = None,
+        check_learner: CheckLearner | None = None,
     ) -> None:
         self.memory = memory
+        self.check_learner = check_learner
         retries = memory.config.options.max_retries
         self.reflection_model = model
         self.validator = validator
@@ -90,6 +96,29 @@ class AlignNodes(ClassifyStep, ForgetStep, ReflectStep, MergeStep, ConsolidateSt
             return {}
         return {"calibration": report, "usages": [report.usage], "errors": report.errors}
 
+    # -- checks ---------------------------------------------------------------------------
+
+    def checks(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+        """Write, test and keep the guidelines' checks, when this align changed the memory."""
+        learner = self.check_learner
+        changed = [*(state.get("added") or []), *(state.get("updated") or [])]
+        if learner is None or not learner.enabled or not (changed or state.get("reflections")):
+            return {}
+        reports, usage, errors = learner.run(changed, config)
+        return {"check_reports": reports, "usages": [usage], "errors": errors}
+
+    def checks_after_unalign(self, state: UnalignState, config: RunnableConfig) -> dict[str, Any]:
+        """Test the checks again without the removed feedback (their answers are kept)."""
+        learner = self.check_learner
+        if learner is None or not learner.enabled or not state.get("removed"):
+            return {}
+        reports, usage, errors = learner.run([], config)
+        return {
+            "check_reports": reports,
+            "usage": (state.get("usage") or Usage()) + usage,
+            "errors": [*(state.get("errors") or []), *errors],
+        }
+
 
 def build_align_graph(
     nodes: AlignNodes, *, name: str | None = None
@@ -110,6 +139,7 @@ def build_align_graph(
     graph.add_node("validate", w(nodes.validate))
     graph.add_node("calibrate", w(nodes.calibrate))
     graph.add_node("consolidate", w(nodes.consolidate))
+    graph.add_node("checks", w(nodes.checks))
     graph.add_edge(START, "classify")
     graph.add_conditional_edges("classify", route_changed, ["forget", "batch"])
     graph.add_edge("forget", "batch")
@@ -117,13 +147,16 @@ def build_align_graph(
     graph.add_edge("reflect", "merge")
     graph.add_edge("merge", "validate")
     graph.add_edge("validate", "calibrate")
-    graph.add_conditional_edges("calibrate", w(nodes.route_consolidation), ["consolidate", END])
-    graph.add_edge("consolidate", END)
+    graph.add_conditional_edges(
+        "calibrate", w(nodes.route_consolidation), ["consolidate", "checks"]
+    )
+    graph.add_edge("consolidate", "checks")
+    graph.add_edge("checks", END)
     return graph.compile(name=name or f"{nodes.memory.config.name}_align")
 
 
 def build_unalign_graph(
-    nodes: ForgetStep, *, name: str | None = None
+    nodes: AlignNodes, *, name: str | None = None
 ) -> CompiledStateGraph[UnalignState, None, UnalignState, UnalignState]:
     """Compile the unalign graph on `nodes`, which the caller keeps (`graphs._weak`).
 
@@ -131,6 +164,8 @@ def build_unalign_graph(
     """
     graph = StateGraph(UnalignState)
     graph.add_node("forget", weak_node(nodes.unalign))
+    graph.add_node("checks", weak_node(nodes.checks_after_unalign))
     graph.add_edge(START, "forget")
-    graph.add_edge("forget", END)
+    graph.add_edge("forget", "checks")
+    graph.add_edge("checks", END)
     return graph.compile(name=name or f"{nodes.memory.config.name}_unalign")

@@ -12,7 +12,13 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory.semantic import Proposal
-from langchain_memalign.reports import CalibrationReport, GuidelineCheck, RejectedGuideline, Usage
+from langchain_memalign.reports import (
+    CalibrationReport,
+    CheckReport,
+    GuidelineCheck,
+    RejectedGuideline,
+    Usage,
+)
 
 
 @dataclass
@@ -57,6 +63,7 @@ class AlignState(TypedDict, total=False):
     rejected: Annotated[list[RejectedGuideline], operator.add]
     validation: list[GuidelineCheck]
     calibration: CalibrationReport
+    check_reports: list[CheckReport]
 
 
 class ReflectInput(TypedDict, total=False):
@@ -74,5 +81,6 @@ class UnalignState(TypedDict, total=False):
     ids: list[str]
     removed: list[str]
     rederived: list[str]
+    check_reports: list[CheckReport]
     errors: list[str]
     usage: Usage

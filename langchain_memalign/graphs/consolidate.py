@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END
 
 from langchain_memalign import limits
 from langchain_memalign._text import normalize
@@ -35,7 +34,7 @@ class ConsolidateStep:
         """Consolidate only when the guidelines outgrow their token budget."""
         budget = self.memory.config.options.reflection.guideline_token_budget
         over = total_tokens(self.memory.guidelines) > budget
-        return "consolidate" if over else END
+        return "consolidate" if over else "checks"
 
     def consolidate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
         """Merge overlapping guidelines with the model, keeping the union of their provenance."""

@@ -1,9 +1,11 @@
-r"""The judgment graph: embed the case, load guidelines and retrieve episodes in parallel, judge.
+r"""The judgment graph: embed the case, load guidelines and retrieve episodes, run checks, judge.
 
 ```
-START -> embed_case -> load_guidelines   -> judge -> END
+START -> embed_case -> load_guidelines   -> run_checks -> judge -> END
                     \\-> retrieve_episodes -/
 ```
+`run_checks` asks the checks of the guidelines shown (`graphs.checks`); when one fires,
+`judge` gives its consequence without grading the case whole.
 Every node is a method of `JudgeNodes` that can be called (and tested) alone;
 `build_judge_graph` wires a `JudgeNodes` into a compiled `StateGraph` that can
 also be added to another graph as a subgraph. The graph holds its nodes weakly
@@ -13,6 +15,7 @@ also be added to another graph as a subgraph. The graph holds its nodes weakly
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -24,10 +27,12 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langchain_memalign._text import render, tidy_rationale
 from langchain_memalign.graphs._weak import weak_runnable
+from langchain_memalign.graphs.checks import CheckAsker, CheckOutcome, check_comment
 from langchain_memalign.graphs.injection import grader_directed
 from langchain_memalign.graphs.query_vector import check_query_vector
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.judge_memory import JudgeMemory, MemoryView
+from langchain_memalign.memory.rulebook import Check
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.prompts import (
     SEPARATE_SCALE,
@@ -92,6 +97,9 @@ class JudgeState(TypedDict, total=False):
     memory_seq: int
     guidelines: list[Guideline]
     episodes: list[Episode]
+    # What `run_checks` asked: per check, its rule id, whether it fired and the answers
+    # (on a pairwise case, each a pair: first output, second output).
+    check_outcomes: list[dict[str, Any]]
     result: dict[str, Any]
 
 
@@ -127,6 +135,9 @@ class JudgeNodes:
             )
             if cfg.scale.kind == "pairwise"
             else None
+        )
+        self.asker = CheckAsker(
+            model, cfg.options.checks, retries=cfg.options.max_retries, rate_limiter=rate_limiter
         )
 
     # embed_case: nothing to embed when the memory has nothing to retrieve, so an
@@ -304,6 +315,8 @@ class JudgeNodes:
                 ).strip()
         # Reported whether or not the model resisted: a graded output that talks to
         # its grader is worth a human look either way.
+        if state.get("check_outcomes"):
+            metadata["checks"] = state["check_outcomes"]
         addressed = grader_directed(self._case(state))
         if addressed:
             metadata["graded_text_addresses_grader"] = addressed
@@ -351,11 +364,99 @@ class JudgeNodes:
             }
         }
 
+    # -- checks ------------------------------------------------------------------------
+
+    def _checks_to_ask(self, state: JudgeState) -> list[tuple[str, Check]]:
+        """The checks of the guidelines this judgment shows, best tested first."""
+        opts = self.memory.config.options.checks
+        if opts.mode == "off" or opts.max_per_judgment == 0:
+            return []
+        if self.expert_verdict(state) is not None:
+            return []
+        view = self.memory.snapshot(state.get("memory_seq"))
+        if not view.checks:
+            return []
+        shown = [g.id for g in state.get("guidelines") or []]
+        checks = [(gid, view.checks[gid]) for gid in shown if gid in view.checks]
+        checks.sort(key=lambda rc: -(rc[1].test.agreement if rc[1].test else 0.0))
+        return checks[: opts.max_per_judgment]
+
+    def _check_cases(self, state: JudgeState) -> list[dict[str, Any]]:
+        """The case, or each output of a pairwise case alone."""
+        case = self._case(state)
+        if self.memory.config.scale.kind == "pairwise":
+            pair = split_outputs(case.get("outputs"))
+            if pair is not None:
+                return [{**case, "outputs": output} for output in pair]
+        return [case]
+
+    def run_checks(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
+        """Ask the checks of the guidelines shown about the case."""
+        checks = self._checks_to_ask(state)
+        if not checks:
+            return {}
+        runs = [self.asker.ask(checks, c, config)[0] for c in self._check_cases(state)]
+        return {"check_outcomes": _outcomes_json(runs)}
+
+    async def arun_checks(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
+        """Async twin of `run_checks`."""
+        checks = self._checks_to_ask(state)
+        if not checks:
+            return {}
+        runs = await asyncio.gather(
+            *(self.asker.aask(checks, c, config) for c in self._check_cases(state))
+        )
+        return {"check_outcomes": _outcomes_json([r for r, _ in runs])}
+
+    def decided_by_checks(self, state: JudgeState) -> dict[str, Any] | None:
+        """The result when a check fired: its consequence (pairwise: the other output wins)."""
+        outcomes = state.get("check_outcomes") or []
+        if not outcomes:
+            return None
+        view = self.memory.snapshot(state.get("memory_seq"))
+        texts = {g.id: g.text for g in state.get("guidelines") or []}
+        scale = self.memory.config.scale
+        decision: tuple[Any, str, str] | None = None
+        if scale.kind == "pairwise" and isinstance(outcomes[0]["fired"], list):
+            decision = _pairwise_decision(outcomes, view.checks, texts)
+        else:
+            fired = [
+                (o, view.checks[o["rule_id"]])
+                for o in outcomes
+                if o["fired"]
+                and o["rule_id"] in view.checks
+                and view.checks[o["rule_id"]].consequence is not None
+            ]
+            if fired:
+                o, check = max(fired, key=lambda oc: oc[1].test.agreement if oc[1].test else 0.0)
+                outcome = CheckOutcome(o["rule_id"], True, o["answers"])
+                comment = check_comment(texts.get(o["rule_id"], check.rule_text), check, outcome)
+                decision = (check.consequence, comment, o["rule_id"])
+        if decision is None:
+            return None
+        score, comment, rule_id = decision
+        return {
+            "result": {
+                "key": self.memory.config.name,
+                "score": scale.validate_value(score),
+                "comment": comment,
+                "metadata": {
+                    "guideline_ids": list(texts),
+                    "episode_ids": [e.feedback_id for e in state.get("episodes") or []],
+                    "checks": outcomes,
+                    "check_fired": rule_id,
+                },
+            }
+        }
+
     def judge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
-        """Grade the case with the working memory in the prompt."""
+        """Grade the case with the working memory in the prompt, unless a check fired."""
         known = self.expert_verdict(state)
         if known is not None:
             return known
+        decided = self.decided_by_checks(state)
+        if decided is not None:
+            return decided
         verdict = self.grade(
             self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
         )
@@ -377,10 +478,48 @@ class JudgeNodes:
         known = self.expert_verdict(state)
         if known is not None:
             return known
+        decided = self.decided_by_checks(state)
+        if decided is not None:
+            return decided
         verdict = await self.agrade(
             self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
         )
         return self._result(state, verdict)
+
+
+def _outcomes_json(runs: list[list[CheckOutcome]]) -> list[dict[str, Any]]:
+    """Outcomes for the state and the result's metadata; a pair's as [first, second]."""
+    if len(runs) == 1:
+        return [o.to_json() for o in runs[0]]
+    return [
+        {
+            "rule_id": a.rule_id,
+            "fired": [a.fired, b.fired],
+            "answers": [a.answers, b.answers],
+        }
+        for a, b in zip(*runs, strict=True)
+    ]
+
+
+def _pairwise_decision(
+    outcomes: list[dict[str, Any]], checks: Mapping[str, Check], texts: dict[str, str]
+) -> tuple[Any, str, str] | None:
+    """The output that breaks a rule the other keeps loses; both or neither: no decision."""
+    broke: list[list[str]] = [[], []]
+    for o in outcomes:
+        for i, fired in enumerate(o["fired"]):
+            if fired and o["rule_id"] in checks:
+                broke[i].append(o["rule_id"])
+    if bool(broke[0]) == bool(broke[1]):
+        return None
+    loser = 0 if broke[0] else 1
+    rule_id = broke[loser][0]
+    check = checks[rule_id]
+    o = next(x for x in outcomes if x["rule_id"] == rule_id)
+    outcome = CheckOutcome(rule_id, True, o["answers"][loser])
+    who = f"The {('first', 'second')[loser]} output breaks a rule the other keeps. "
+    comment = check_comment(texts.get(rule_id, check.rule_text), check, outcome, who=who)
+    return ("B" if loser == 0 else "A"), comment, rule_id
 
 
 def build_judge_graph(
@@ -392,10 +531,12 @@ def build_judge_graph(
     graph.add_node("embed_case", w(nodes.embed_case, nodes.aembed_case))
     graph.add_node("load_guidelines", w(nodes.load_guidelines))
     graph.add_node("retrieve_episodes", w(nodes.retrieve_episodes, nodes.aretrieve_episodes))
+    graph.add_node("run_checks", w(nodes.run_checks, nodes.arun_checks))
     graph.add_node("judge", w(nodes.judge, nodes.ajudge))
     graph.add_edge(START, "embed_case")
     graph.add_edge("embed_case", "load_guidelines")
     graph.add_edge("embed_case", "retrieve_episodes")
-    graph.add_edge(["load_guidelines", "retrieve_episodes"], "judge")
+    graph.add_edge(["load_guidelines", "retrieve_episodes"], "run_checks")
+    graph.add_edge("run_checks", "judge")
     graph.add_edge("judge", END)
     return graph.compile(name=name or f"{nodes.memory.config.name}_judge")

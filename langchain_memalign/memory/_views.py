@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.calibration import META_KEY as CALIBRATION_KEY
 from langchain_memalign.memory.calibration import ScoreCalibration
 from langchain_memalign.memory.episodic import EpisodicIndex
+from langchain_memalign.memory.rulebook import META_KEY as RULEBOOK_KEY
+from langchain_memalign.memory.rulebook import Check, RulebookState
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.memory.store import INDEX_FILE
 
@@ -129,6 +132,8 @@ class MemoryView:
     guideline_vectors: np.ndarray | None
     index: EpisodicIndex
     calibration: ScoreCalibration = field(default_factory=ScoreCalibration)
+    # The guidelines' checks (rulebook), by guideline id, of this version.
+    checks: Mapping[str, Check] = field(default_factory=dict)
 
 
 class PublishingMemory:
@@ -385,6 +390,7 @@ class PublishingMemory:
             count = self.store.count("episodes")
             guidelines, guideline_vectors = self.store.load_guidelines()
             calibration = self.stored_calibration()
+            checks = self.stored_checks()
             index = base.index.copy()
             index.remove(removed)
             if added and vectors is not None:
@@ -394,7 +400,9 @@ class PublishingMemory:
                     index.add([added[i] for i in keep], vectors[keep])
             if len(index) != count:
                 index = self._rebuild_index()
-        view = MemoryView(seq, tuple(guidelines), guideline_vectors, index.frozen(), calibration)
+        view = MemoryView(
+            seq, tuple(guidelines), guideline_vectors, index.frozen(), calibration, checks
+        )
         # Kept apart from the writer's `_views` (guarded by the index lock) for the
         # other steps of the judgment, which find it by its version (`snapshot(seq)`).
         with self._private_lock:
@@ -419,6 +427,13 @@ class PublishingMemory:
         return ScoreCalibration.from_json(
             self.store.get_meta(CALIBRATION_KEY), self.config.scale, where=self.store.describe()
         )
+
+    def stored_checks(self) -> dict[str, Check]:
+        """The guidelines' checks as stored now, by guideline id."""
+        raw = self.store.get_meta(RULEBOOK_KEY)
+        if not raw or not raw.get("checks"):
+            return {}
+        return RulebookState.model_validate(raw).checks
 
     # -- publishing a version after a committed write ------------------------------------
 
@@ -451,8 +466,9 @@ class PublishingMemory:
         self._index_seq = seq
         guidelines, vectors = self.store.load_guidelines()
         view = MemoryView(
-            seq, tuple(guidelines), vectors, self.index.frozen(), self.stored_calibration()
-        )
+            seq, tuple(guidelines), vectors, self.index.frozen(), self.stored_calibration(),
+            self.stored_checks(),
+        )  # fmt: skip
         self._views[seq] = view
         self._views.move_to_end(seq)
         while len(self._views) > _KEPT_VIEWS:

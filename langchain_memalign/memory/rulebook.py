@@ -10,7 +10,10 @@ it describes and needs no table of its own on either backend:
 - `rejected`: the rules experts rejected, with who, when and why, so that
   reflection does not learn them again (`refusal`);
 - `changes`: every rulebook action with who, when and why; the memory's
-  history records each as well (`rule_add`, `rule_edit`, ...).
+  history records each as well (`rule_add`, `rule_edit`, ...);
+- `checks`: per guideline id, the rule as a `Check` (literal yes/no questions about
+  one case and the verdict breaking it gets), with how it did on the experts' own
+  cases. Kept here so that a check commits and rolls back with its rule.
 
 The align and unalign steps read the marks: a `protected` guideline (added,
 edited or pinned by an expert) is never rewritten by a model (re-derivation,
@@ -20,6 +23,7 @@ by them either.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -32,6 +36,8 @@ from langchain_memalign.memory.base import Store
 __all__ = [
     "META_KEY",
     "REJECTED_SIMILARITY",
+    "Check",
+    "CheckTest",
     "RejectedRule",
     "Rule",
     "RuleChange",
@@ -48,7 +54,7 @@ META_KEY = "rulebook"
 # rulebook and can be rejected again.
 REJECTED_SIMILARITY = 0.9
 
-RuleAction = Literal["add", "edit", "pin", "unpin", "reject"]
+RuleAction = Literal["add", "edit", "pin", "unpin", "reject", "check", "uncheck"]
 
 
 def _now() -> str:
@@ -85,6 +91,111 @@ class RuleChange(BaseModel):
     previous_text: str | None = Field(default=None, description="Its text before an edit.")
 
 
+class CheckTest(BaseModel):
+    """How a check did on the experts' own cases: its unit test, re-run as feedback changes.
+
+    On each tested case the check either fired (the rule is broken there) or not. It
+    agrees with the experts where it fired and they gave its consequence, and where it
+    stayed silent on a case they graded otherwise; it disagrees where it fired on a case
+    they graded otherwise (a false alarm) or stayed silent on one of its rule's own
+    source cases that got the consequence (a miss). A case the experts gave the
+    consequence for another reason, where the check stayed silent, does not count.
+    """
+
+    fired: dict[str, bool | list[bool]] = Field(
+        default_factory=dict,
+        description="Per tested feedback id: whether the check fired (on a pairwise case, "
+        "for each output).",
+    )
+    answers: dict[str, dict[str, bool]] = Field(
+        default_factory=dict,
+        description="Per tested case (a pairwise case's outputs as `<id>#1`, `<id>#2`): the "
+        "answers the model gave, kept so a re-test asks only about new cases.",
+    )
+    agreed: int = 0
+    counted: int = Field(default=0, description="Tested cases that count (see the class doc).")
+    caught: int = Field(default=0, description="Cases where it fired and the experts agree.")
+    false_alarms: int = 0
+    missed: int = 0
+    tried: int = Field(default=1, description="Phrasings tried before this one was kept.")
+    at: str = Field(default_factory=_now, description="When it was last tested (ISO time).")
+
+    @property
+    def agreement(self) -> float:
+        """The share of counted cases where the check agrees with the experts (0 if none)."""
+        return self.agreed / self.counted if self.counted else 0.0
+
+    def describe(self) -> str:
+        """One line, e.g. "agrees with the experts on 7 of 8 of their cases (fired on 3)"."""
+        if not self.counted:
+            return "not tested on the experts' cases yet"
+        return (
+            f"agrees with the experts on {self.agreed} of {self.counted} of their cases "
+            f"(fired on {sum(any(f) if isinstance(f, list) else f for f in self.fired.values())}; "
+            f"{self.false_alarms} false alarm(s), "
+            f"{self.missed} miss(es))"
+        )
+
+
+class Check(BaseModel):
+    """A rule as literal questions a reader answers from one case, and what breaking it gives.
+
+    The rule is broken in a case when `applies` (if any) is answered yes, `broken` is
+    answered `broken_when`, and `exception` (if any) is answered no. The judge then
+    gives `consequence` (the verdict the experts gave where it was broken; None on a
+    pairwise scale, where the output that breaks the rule loses to one that keeps it).
+    """
+
+    applies: str | None = Field(default=None, description="Yes means the rule applies.")
+    broken: str = Field(description="The question whose answer shows the rule broken.")
+    broken_when: bool = Field(default=True, description="The answer to `broken` that breaks it.")
+    exception: str | None = Field(default=None, description="Yes means an exception holds.")
+    consequence: Any = Field(default=None, description="The verdict when the rule is broken.")
+    rule_text: str = Field(description="The rule's text the check was written for.")
+    author: str | None = Field(
+        default=None, description="The expert who wrote it; no model rewrites or drops it."
+    )
+    test: CheckTest | None = None
+
+    def questions(self) -> list[str]:
+        """The questions, in the order they are asked."""
+        return [q for q in (self.applies, self.broken, self.exception) if q]
+
+    def fires(self, answers: dict[str, bool]) -> bool | None:
+        """Whether the rule is broken given these answers, or None while one is missing."""
+        if self.applies:
+            if self.applies not in answers:
+                return None
+            if not answers[self.applies]:
+                return False
+        if self.broken not in answers:
+            return None
+        if answers[self.broken] != self.broken_when:
+            return False
+        if self.exception:
+            if self.exception not in answers:
+                return None
+            return not answers[self.exception]
+        return True
+
+    def next_question(self, answers: dict[str, bool]) -> str | None:
+        """The next question to ask one at a time, or None once the outcome is known."""
+        if self.fires(answers) is not None:
+            return None
+        return next(q for q in self.questions() if q not in answers)
+
+    def describe(self) -> str:
+        """The check in one line: its questions and consequence."""
+        yes_no = "yes" if self.broken_when else "no"
+        parts = [f"applies if yes to: {self.applies}"] if self.applies else []
+        parts.append(f"broken if {yes_no} to: {self.broken}")
+        if self.exception:
+            parts.append(f"unless yes to: {self.exception}")
+        if self.consequence is not None:
+            parts.append(f"then {json.dumps(self.consequence, default=str)}")
+        return "; ".join(parts)
+
+
 class Rule(BaseModel):
     """A guideline as the rulebook shows it: text, provenance and the experts' marks."""
 
@@ -96,6 +207,9 @@ class Rule(BaseModel):
     author: str | None = Field(default=None, description="The expert who stated it, if one did.")
     edited_by: str | None = None
     pinned_by: str | None = None
+    check: Check | None = Field(
+        default=None, description="The rule as questions about a case, with its test."
+    )
 
     @property
     def pinned(self) -> bool:
@@ -114,6 +228,7 @@ class RulebookState(BaseModel):
     marks: dict[str, RuleMark] = Field(default_factory=dict)
     rejected: list[RejectedRule] = Field(default_factory=list)
     changes: list[RuleChange] = Field(default_factory=list)
+    checks: dict[str, Check] = Field(default_factory=dict)
 
     def protected(self) -> set[str]:
         """Ids no model may rewrite or remove: added, edited or pinned by an expert."""

@@ -542,8 +542,8 @@ def test_evaluate_writes_the_full_report(env: Env) -> None:
 def test_unalign_removes_feedback_and_its_guidelines(env: Env) -> None:
     env.created()
     env.run("align", env.feedback)
-    code, out, _ = env.run("unalign", "sweater")
-    assert code == EXIT_OK and "Removed 1 feedback item(s)" in out
+    code, out, err = env.run("unalign", "sweater")
+    assert code == EXIT_OK and "Removed 1 feedback item(s)" in out, err
     summary = memory_summary(env.tmp / "mem")
     assert all("sweater" not in g["source_ids"] for g in summary["guidelines"])
     assert summary["counts"]["feedback"] == 2

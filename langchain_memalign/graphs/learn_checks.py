@@ -1,0 +1,499 @@
+"""Learning checks: each guideline written as yes/no questions and tested on the experts' cases.
+
+The last step of every align and unalign that changed the memory. For each guideline:
+
+1. its stored check is tested again where the feedback changed (answers on unchanged
+   cases are kept in the check's test, so a re-test asks only about new cases, and an
+   unalign asks nothing);
+2. a guideline without a check, whose text changed since its check was written, or whose
+   learned check no longer agrees with the experts, gets candidates from the reflection
+   model, all in one call: the rule's questions as written, then the same fact asked the
+   other way round;
+3. each candidate is asked about the rule's source cases and the others (at most
+   `options.checks.test_cases`), in the form the judge will ask it, and scored against
+   the experts' verdicts (`CheckTest`); the first that reaches
+   `options.checks.min_agreement` is kept, and a rule none of whose candidates does
+   keeps no check;
+4. a learned check that fires on no case another kept check does not catch is left out:
+   it would cost calls at every judgment and change no verdict on the experts' cases.
+
+A check an expert wrote (`Rulebook.set_check`) or the check of a pinned rule is never
+rewritten or dropped by this step, only tested. The consequence of a learned check is
+read from its rule's source cases: the verdict the experts gave where it was broken.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
+
+from langchain_memalign.errors import MalformedOutputError
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.checks import CheckAsker
+from langchain_memalign.graphs.judge import split_outputs
+from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.rulebook import Check, CheckTest, RulebookState, load_rulebook
+from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.checks import ProposedCheck, checks_schema, write_checks_messages
+from langchain_memalign.prompting.structured import StructuredCaller
+from langchain_memalign.reports import CheckReport, Usage
+from langchain_memalign.scale import Scale
+
+Fired = bool | list[bool]
+
+
+def default_consequence(scale: Scale, values: Sequence[Any]) -> Any:
+    """The verdict a learned check gives, read from its rule's source cases (None: no check).
+
+    Pass/fail: fail, if a source case failed. Numbers: the middle of the lower half of the
+    source scores (the cases that broke the rule score lowest), unless all sit at the
+    top of the scale. Categories: the commonest source label. Pairwise: None, since the
+    output that breaks the rule loses.
+    """
+    if scale.kind == "bool":
+        return False if any(v is False for v in values) else None
+    if scale.kind == "numeric":
+        nums = sorted(float(v) for v in values)
+        if not nums or (scale.high is not None and nums[0] >= scale.high):
+            return None
+        lower = [v for v in nums if v <= statistics.median(nums)]
+        mid = statistics.median(lower)
+        return round(mid) if scale.integer else mid
+    if scale.kind == "categorical":
+        return Counter(values).most_common(1)[0][0] if values else None
+    return None
+
+
+def same_verdict(scale: Scale, value: Any, consequence: Any) -> bool:
+    """Whether an expert's verdict is the check's consequence (numbers: within a quarter)."""
+    if scale.kind == "numeric" and scale.low is not None and scale.high is not None:
+        return abs(float(value) - float(consequence)) <= (scale.high - scale.low) / 4
+    return bool(value == consequence)
+
+
+def score_test(
+    scale: Scale,
+    check: Check,
+    fired: dict[str, Fired],
+    values: dict[str, Any],
+    sources: set[str],
+    *,
+    tried: int = 1,
+) -> CheckTest:
+    """How a check's outcomes on tested cases compare with the experts' verdicts (`CheckTest`)."""
+    t = CheckTest(fired=dict(fired), tried=tried)
+    for fid, f in fired.items():
+        if fid not in values:
+            continue
+        v = values[fid]
+        if isinstance(f, list):  # pairwise: the output that breaks the rule loses
+            loser = [i for i, broke in enumerate(f) if broke]
+            if len(loser) == 1:
+                t.counted += 1
+                if v == ("B" if loser[0] == 0 else "A"):
+                    t.agreed += 1
+                    t.caught += 1
+                else:
+                    t.false_alarms += 1
+            elif fid in sources and v in ("A", "B"):
+                t.counted += 1
+                t.missed += 1
+            else:
+                t.counted += 1
+                t.agreed += 1
+            continue
+        hit = same_verdict(scale, v, check.consequence)
+        if f:
+            t.counted += 1
+            t.agreed += hit
+            t.caught += hit
+            t.false_alarms += not hit
+        elif not hit:
+            t.counted += 1
+            t.agreed += 1
+        elif fid in sources:
+            t.counted += 1
+            t.missed += 1
+    return t
+
+
+def passes(test: CheckTest, min_agreement: float) -> bool:
+    """Whether a tested check separates the experts' cases: it catches one, and agrees enough."""
+    return test.caught >= 1 and test.agreement >= min_agreement
+
+
+@dataclass
+class _Candidate:
+    rule: Guideline
+    # Groups of variants, tested group by group: the variants of a group ask the same
+    # questions (a question and its other polarity), so a group costs one question's calls.
+    groups: list[list[Check]]
+    tried: int = 0
+    kept: Check | None = None
+    action: str = ""
+    last: tuple[Check, CheckTest] | None = None
+
+
+class CheckLearner:
+    """Writes, tests, keeps and drops the checks of a judge's guidelines (see the module doc)."""
+
+    def __init__(self, memory: JudgeMemory, model: BaseChatModel, asker: CheckAsker) -> None:
+        self.memory = memory
+        self.asker = asker
+        self.writer_model = model
+        self._writers: dict[tuple[str, ...], StructuredCaller[Any]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether checks are on (`options.checks.mode` is not "off")."""
+        return self.memory.config.options.checks.mode != "off"
+
+    def run(
+        self, changed: Sequence[str], config: RunnableConfig
+    ) -> tuple[list[CheckReport], Usage, list[str]]:
+        """Bring every guideline's check up to date; store the rulebook in one write.
+
+        `changed`: feedback ids added or replaced since the checks were last tested
+        (their old answers are asked again).
+        """
+        mem = self.memory
+        opts = mem.config.options.checks
+        scale = mem.config.scale
+        state = load_rulebook(mem.store)
+        before = _comparable(state.checks)
+        guidelines = list(mem.guidelines)
+        current = {g.id: g for g in guidelines}
+        reports: list[CheckReport] = []
+        usage = Usage()
+        errors: list[str] = []
+        stale = [gid for gid in state.checks if gid not in current]
+        for gid in stale:
+            reports.append(CheckReport(rule_id=gid, action="removed"))
+            del state.checks[gid]
+        if not guidelines:
+            return self._store(state, before, reports, stale), usage, errors
+
+        cases = self._cases(guidelines, opts.test_cases)
+        # The model's answers per case, shared by every candidate of this run; answers
+        # stored with the checks are reused on the cases that did not change.
+        cache: dict[str, dict[str, bool]] = {}
+        for check in state.checks.values():
+            for key, got in (check.test.answers if check.test else {}).items():
+                if key.partition("#")[0] in cases and key.partition("#")[0] not in changed:
+                    cache.setdefault(key, {}).update(got)
+        pinned = state.pinned()
+
+        # 1. Stored checks: tested again (only new cases are asked).
+        stored: dict[str, _Candidate] = {}
+        to_write: list[Guideline] = []
+        for g in guidelines:
+            old = state.checks.get(g.id)
+            fixed = old is not None and (old.author is not None or g.id in pinned)
+            if old is not None and (fixed or old.rule_text == g.text):
+                stored[g.id] = _Candidate(g, [[old]], tried=(old.test.tried if old.test else 1))
+            else:
+                to_write.append(g)
+        usage = usage + self._test_round(stored, cases, cache, config)
+        for c in stored.values():
+            if c.last is None:  # no case to test on
+                continue
+            check, test = c.last
+            fixed = check.author is not None or c.rule.id in pinned
+            if fixed or passes(test, opts.min_agreement):
+                c.kept = check.model_copy(update={"test": test})
+                c.action = "tested"
+            else:
+                to_write.append(c.rule)
+                reports.append(
+                    CheckReport(
+                        rule_id=c.rule.id, action="rewritten", check=check.describe(),
+                        agreement=test.describe(),
+                    )
+                )  # fmt: skip
+
+        # 2. New candidates from the reflection model, one call for all rules.
+        fresh: dict[str, _Candidate] = {}
+        if to_write:
+            written, cost, error = self._write(to_write, scale, config)
+            usage = usage + cost
+            if error:
+                errors.append(error)
+            for g in to_write:
+                if g.id in written:
+                    fresh[g.id] = _Candidate(g, written[g.id])
+                elif not error:
+                    reports.append(CheckReport(rule_id=g.id, action="none"))
+
+        # 3. Candidates tested group by group until one separates the experts' cases.
+        if not cases:  # `test_cases=0`: the first candidate is kept untested
+            for c in fresh.values():
+                c.kept, c.tried, c.action = c.groups[0][0], 1, "written"
+        while True:
+            open_ = {gid: c for gid, c in fresh.items() if c.kept is None and c.groups}
+            if not open_:
+                break
+            usage = usage + self._test_round(open_, cases, cache, config)
+            for c in open_.values():
+                c.groups.pop(0)
+                if c.last is None:
+                    continue
+                check, test = c.last
+                if passes(test, opts.min_agreement):
+                    c.kept = check.model_copy(update={"test": test})
+                    c.action = "written" if c.tried <= 2 else "rephrased"
+                elif not c.groups:
+                    c.action = "dropped"
+                    reports.append(
+                        CheckReport(
+                            rule_id=c.rule.id, action="dropped", check=check.describe(),
+                            agreement=test.describe(), tried=c.tried,
+                        )
+                    )  # fmt: skip
+
+        # 4. Learned checks that add no verdict on the experts' cases are left out.
+        every = {**stored, **fresh}
+        kept = {gid: c.kept for gid, c in every.items() if c.kept is not None}
+        values = {fid: fb.value for fid, fb in cases.items()}
+        redundant = _redundant(kept, pinned, scale, values)
+        state.checks = {}
+        for g in guidelines:
+            if g.id not in kept:
+                continue
+            check = kept[g.id]
+            c = every[g.id]
+            action = "redundant" if g.id in redundant else c.action
+            reports.append(
+                CheckReport(
+                    rule_id=g.id, action=action, check=check.describe(),
+                    agreement=check.test.describe() if check.test else "", tried=c.tried or 1,
+                )
+            )  # fmt: skip
+            if g.id not in redundant:
+                state.checks[g.id] = check
+        return self._store(state, before, reports, list(kept)), usage, errors
+
+    # -- the experts' cases -----------------------------------------------------------
+
+    def _cases(self, guidelines: Sequence[Guideline], limit: int) -> dict[str, Feedback]:
+        """The cases checks are tested on: the rules' sources first, then the newest others."""
+        store = self.memory.store
+        sources = list(dict.fromkeys(s for g in guidelines for s in g.source_ids))
+        found = store.get_feedback(sources[:limit])
+        chosen = [found[s] for s in sources[:limit] if s in found]
+        room = limit - len(chosen)
+        if room > 0:
+            chosen += store.recent_feedback(room, exclude=[fb.id for fb in chosen])
+        return {fb.id: fb for fb in chosen}
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _write(
+        self, rules: Sequence[Guideline], scale: Scale, config: RunnableConfig
+    ) -> tuple[dict[str, list[list[Check]]], Usage, str | None]:
+        """Candidate checks for `rules` (rules without a consequence get none)."""
+        mem = self.memory
+        sources = mem.store.get_feedback({s for g in rules for s in g.source_ids})
+        consequences: dict[str, Any] = {}
+        for g in rules:
+            values = [sources[s].value for s in g.source_ids if s in sources]
+            consequences[g.id] = default_consequence(scale, values)
+        wanted = [g for g in rules if consequences[g.id] is not None or scale.kind == "pairwise"]
+        if not wanted:
+            return {}, Usage(), None
+        ids = tuple(g.id for g in wanted)
+        writer = self._writers.get(ids)
+        if writer is None:
+            writer = StructuredCaller(
+                self.writer_model, checks_schema(ids), what="check writing",
+                retries=mem.config.options.max_retries,
+            )  # fmt: skip
+            self._writers = {ids: writer}
+        msgs = write_checks_messages(mem.config.instructions, wanted, sources)
+        try:
+            out, usage = writer.invoke(msgs, config)
+        except MalformedOutputError as e:  # the rules stay unchecked; the next align retries
+            cost = getattr(e, "usage", None) or Usage(llm_calls=1)
+            return {}, cost, f"writing checks for {list(ids)} failed: {type(e).__name__}: {e}"
+        texts = {g.id: g.text for g in wanted}
+        written: dict[str, list[list[Check]]] = {}
+        for p in out.checks:
+            if p.rule_id in texts and p.rule_id not in written:
+                phrasings = _phrasings(p, texts[p.rule_id], consequences[p.rule_id])
+                if phrasings:
+                    written[p.rule_id] = phrasings
+        return written, usage, None
+
+    # -- testing ------------------------------------------------------------------------
+
+    def _test_round(
+        self,
+        candidates: dict[str, _Candidate],
+        cases: dict[str, Feedback],
+        cache: dict[str, dict[str, bool]],
+        config: RunnableConfig,
+    ) -> Usage:
+        """Test each candidate's first group on every case; keep its best variant in `last`.
+
+        Only answers missing from `cache` are asked; a variant that needs no new
+        question (the other polarity of one asked) costs nothing.
+        """
+        if not candidates:
+            return Usage()
+        scale = self.memory.config.scale
+        variants = [
+            (f"{gid}/{j}", v) for gid, c in candidates.items() for j, v in enumerate(c.groups[0])
+        ]
+        keys: list[tuple[str, dict[str, Any]]] = []
+        for fid, fb in cases.items():
+            case = {
+                "inputs": fb.inputs, "outputs": fb.outputs,
+                "reference_outputs": fb.reference_outputs,
+            }  # fmt: skip
+            pair = split_outputs(fb.outputs) if scale.kind == "pairwise" else None
+            if pair is None:
+                keys.append((fid, case))
+            else:
+                keys += [(f"{fid}#{i}", {**case, "outputs": o}) for i, o in enumerate(pair, 1)]
+        for key, _ in keys:
+            cache.setdefault(key, {})
+
+        def ask(item: tuple[str, dict[str, Any]]) -> Usage:
+            key, case = item
+            return self.asker.ask(variants, case, config, known=cache[key])[1]
+
+        todo = [k for k in keys if any(v.fires(cache[k[0]]) is None for _, v in variants)]
+        usage = Usage()
+        if todo:
+            workers = max(1, min(len(todo), config.get("max_concurrency") or 4))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                usage = Usage.sum(pool.map(ask, todo))
+        values = {fid: fb.value for fid, fb in cases.items()}
+        for c in candidates.values():
+            sources = set(c.rule.source_ids)
+            c.tried += 1
+            best: tuple[Check, CheckTest] | None = None
+            for v in c.groups[0]:
+                fired: dict[str, Fired] = {}
+                answers: dict[str, dict[str, bool]] = {}
+                for key, _ in keys:
+                    fid, _, half = key.partition("#")
+                    got = {q: a for q, a in cache[key].items() if q in v.questions()}
+                    answers[key] = got
+                    f = bool(v.fires(cache[key]))
+                    if half:
+                        prev = fired.get(fid)
+                        fired[fid] = [*(prev if isinstance(prev, list) else []), f]
+                    else:
+                        fired[fid] = f
+                test = score_test(scale, v, fired, values, sources, tried=c.tried)
+                test.answers = answers
+                if best is None or _better(test, best[1]):
+                    best = (v, test)
+            c.last = best
+        return usage
+
+    # -- storing ------------------------------------------------------------------------
+
+    def _store(
+        self,
+        state: RulebookState,
+        before: dict[str, Any],
+        reports: list[CheckReport],
+        rule_ids: Sequence[str],
+    ) -> list[CheckReport]:
+        """Write the rulebook if a check changed (a re-test's time alone is no change)."""
+        if _comparable(state.checks) != before:
+            with self.memory.write() as w:
+                w.put_rulebook(state)
+                w.log("checks", [], rule_ids)
+        return reports
+
+
+def _comparable(checks: dict[str, Check]) -> dict[str, Any]:
+    return {gid: c.model_dump(exclude={"test": {"at"}}) for gid, c in checks.items()}
+
+
+def _question(text: str) -> str | None:
+    """A written question, whitespace tidied; None if it is not a question."""
+    text = " ".join(text.split())
+    return text if text.endswith("?") else None
+
+
+def _phrasings(p: ProposedCheck, rule_text: str, consequence: Any) -> list[list[Check]]:
+    """The candidate groups of one written proposal: the `broken` question, then `kept`.
+
+    Each group holds a question with both polarities: which answer the model gives where
+    the rule is broken is read from the experts' cases, not assumed from the wording. A
+    proposed text that is not a question (small models write statements) is left out.
+    """
+    applies = _question(p.applies) if p.applies.strip() else None
+    exception = _question(p.exception) if p.exception.strip() else None
+    groups: list[list[Check]] = []
+    seen: set[str] = set()
+    for question, when in ((p.broken, True), (p.kept, False)):
+        q = _question(question)
+        if q and q not in seen:
+            seen.add(q)
+            groups.append(
+                [
+                    Check(
+                        applies=applies, broken=q, broken_when=w, exception=exception,
+                        consequence=consequence, rule_text=rule_text,
+                    )
+                    for w in (when, not when)
+                ]
+            )  # fmt: skip
+    return groups
+
+
+def _better(a: CheckTest, b: CheckTest) -> bool:
+    """Whether test `a` is better than `b`: more agreement, then more catches."""
+    return (a.agreement, a.caught) > (b.agreement, b.caught)
+
+
+def _redundant(
+    kept: dict[str, Check], pinned: set[str], scale: Scale, values: dict[str, Any]
+) -> set[str]:
+    """Learned checks each of whose right catches a better kept check also makes."""
+    caught = {gid: _caught(c, scale, values) for gid, c in kept.items()}
+
+    def rank(gid: str) -> tuple[float, int]:
+        test = kept[gid].test
+        return (-test.agreement, -test.caught) if test is not None else (0.0, 0)
+
+    accepted: list[set[str]] = []
+    out: set[str] = set()
+    for gid in sorted(kept, key=rank):
+        check = kept[gid]
+        fixed = check.author is not None or gid in pinned
+        if not fixed and check.test is not None and any(caught[gid] <= a for a in accepted):
+            out.add(gid)
+            continue
+        accepted.append(caught[gid])
+    return out
+
+
+def _caught(check: Check, scale: Scale, values: dict[str, Any]) -> set[str]:
+    """The tested cases where the check fired and the experts gave its consequence.
+
+    Pairwise: where it fired on one output only and the experts preferred the other.
+    """
+    if check.test is None:
+        return set()
+    out = set()
+    for fid, f in check.test.fired.items():
+        if fid not in values:
+            continue
+        if isinstance(f, list):
+            if f.count(True) == 1 and values[fid] == ("B" if f[0] else "A"):
+                out.add(fid)
+        elif f and same_verdict(scale, values[fid], check.consequence):
+            out.add(fid)
+    return out
