@@ -235,6 +235,12 @@ class ChecksOptions(_Group):
         description="Most checks asked per judgment: those of the guidelines the judgment "
         "shows, best tested first.",
     )  # fmt: skip
+    show_checked_guidelines: bool = Field(
+        default=True,
+        description="Also state the guidelines that have a check in the judge prompt of "
+        "a case no check fired on. False leaves them to their checks: the prompt states "
+        "only the guidelines without one.",
+    )
     case_max_chars: int = Field(
         default=2000, ge=100,
         description="Characters of each field of a case shown with a check's question.",

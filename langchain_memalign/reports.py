@@ -83,9 +83,9 @@ class CheckReport(BaseModel):
         description="'written' (the first candidate was kept), 'rephrased' (a later one "
         "was), 'tested' (a stored check, tested again), 'rewritten' (a stored check no "
         "longer agreed and was replaced by new candidates, reported again below), "
-        "'dropped' (no candidate agreed with the experts' cases), 'redundant' (it caught "
-        "nothing another check does not; not stored), 'none' (the model wrote no check "
-        "for the rule), 'removed' (its rule is gone)."
+        "'dropped' (no candidate agreed with the experts' cases), 'covered' (it caught "
+        "nothing another check does not, and is not asked while that one is), 'none' "
+        "(the model wrote no check for the rule), 'removed' (its rule is gone)."
     )
     check: str = Field(default="", description="The check's questions and consequence.")
     agreement: str = Field(default="", description="How it did on the experts' cases.")

@@ -4,8 +4,8 @@ A `Check` (`memory.rulebook`) is a rule as literal yes/no questions. `CheckAsker
 them about one case with the judge's model, as `options.checks.mode` says: each question
 in its own short call, a check's next question only while its outcome is open
 (`"separate"`), or every question in one structured call (`"joint"`). A question asked
-by two checks is asked once per case. `fired_check` picks, among the checks that fired,
-the one whose verdict the judgment gives; `check_comment` says why in the result.
+by two checks is asked once per case. `check_comment` says in the result why a check
+decided the verdict.
 
 The same asker runs when a check is tested on the experts' cases
 (`graphs.learn_checks`) and when the judge grades a case, so a check is kept for how it
@@ -23,7 +23,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.rate_limiters import BaseRateLimiter
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import get_executor_for_config
 from pydantic import BaseModel
 
 from langchain_memalign.config import ChecksOptions
@@ -158,11 +157,8 @@ class CheckAsker:
     ) -> tuple[dict[str, bool], Usage, dict[str, str]]:
         if self.options.mode == "joint":
             return self._answer_jointly(questions, case, config)
-        if len(questions) == 1:
-            return self._answer_one(questions[0], case, config)
-        with get_executor_for_config(config) as pool:
-            parts = list(pool.map(lambda q: self._answer_one(q, case, config), questions))
-        return _merged(parts)
+        # One after another: a judgment's concurrency is its batch's, not its questions'.
+        return _merged([self._answer_one(q, case, config) for q in questions])
 
     async def _aanswer(
         self, questions: list[str], case: dict[str, Any], config: RunnableConfig
@@ -235,20 +231,6 @@ def _merged(
         answers.update(got)
         errors.update(failed)
     return answers, Usage.sum(u for _, u, _ in parts), errors
-
-
-def fired_check(
-    checks: Sequence[tuple[str, Check]], outcomes: Sequence[CheckOutcome]
-) -> tuple[str, Check] | None:
-    """The fired check whose consequence the judgment gives: the best tested one, or None."""
-    fired = [
-        (rule_id, check)
-        for (rule_id, check), o in zip(checks, outcomes, strict=True)
-        if o.fired and check.consequence is not None
-    ]
-    if not fired:
-        return None
-    return max(fired, key=lambda rc: rc[1].test.agreement if rc[1].test else 0.0)
 
 
 def check_comment(rule_text: str, check: Check, outcome: CheckOutcome, *, who: str = "") -> str:

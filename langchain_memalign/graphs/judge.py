@@ -377,7 +377,12 @@ class JudgeNodes:
         if not view.checks:
             return []
         shown = [g.id for g in state.get("guidelines") or []]
-        checks = [(gid, view.checks[gid]) for gid in shown if gid in view.checks]
+        asked = set(shown)
+        checks = [
+            (gid, view.checks[gid])
+            for gid in shown
+            if gid in view.checks and view.checks[gid].covered_by not in asked
+        ]
         checks.sort(key=lambda rc: -(rc[1].test.agreement if rc[1].test else 0.0))
         return checks[: opts.max_per_judgment]
 
@@ -449,6 +454,14 @@ class JudgeNodes:
             }
         }
 
+    def _prompt_guidelines(self, state: JudgeState) -> list[Guideline]:
+        """The guidelines the judge prompt states (`checks.show_checked_guidelines`)."""
+        guidelines = state.get("guidelines") or []
+        if self.memory.config.options.checks.show_checked_guidelines:
+            return guidelines
+        view = self.memory.snapshot(state.get("memory_seq"))
+        return [g for g in guidelines if g.id not in view.checks]
+
     def judge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Grade the case with the working memory in the prompt, unless a check fired."""
         known = self.expert_verdict(state)
@@ -458,8 +471,9 @@ class JudgeNodes:
         if decided is not None:
             return decided
         verdict = self.grade(
-            self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
-        )
+            self._case(state), self._prompt_guidelines(state), state.get("episodes") or [],
+            config,
+        )  # fmt: skip
         return self._result(state, verdict)
 
     def judge_afresh(self, state: JudgeState, config: RunnableConfig) -> tuple[Any, Usage]:
@@ -482,8 +496,9 @@ class JudgeNodes:
         if decided is not None:
             return decided
         verdict = await self.agrade(
-            self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
-        )
+            self._case(state), self._prompt_guidelines(state), state.get("episodes") or [],
+            config,
+        )  # fmt: skip
         return self._result(state, verdict)
 
 

@@ -14,8 +14,9 @@ The last step of every align and unalign that changed the memory. For each guide
    the experts' verdicts (`CheckTest`); the first that reaches
    `options.checks.min_agreement` is kept, and a rule none of whose candidates does
    keeps no check;
-4. a learned check that fires on no case another kept check does not catch is left out:
-   it would cost calls at every judgment and change no verdict on the experts' cases.
+4. a learned check that catches no case another kept check does not catch is kept but
+   marked `covered_by` that check, and not asked while it is: it would cost calls at
+   every judgment and change no verdict on the experts' cases.
 
 A check an expert wrote (`Rulebook.set_check`) or the check of a pinned rule is never
 rewritten or dropped by this step, only tested. The consequence of a learned check is
@@ -207,6 +208,8 @@ class CheckLearner:
             check, test = c.last
             fixed = check.author is not None or c.rule.id in pinned
             if fixed or passes(test, opts.min_agreement):
+                # A re-test is no new phrasing: the count of phrasings tried stays.
+                test.tried = check.test.tried if check.test else 1
                 c.kept = check.model_copy(update={"test": test})
                 c.action = "tested"
             else:
@@ -261,22 +264,21 @@ class CheckLearner:
         every = {**stored, **fresh}
         kept = {gid: c.kept for gid, c in every.items() if c.kept is not None}
         values = {fid: fb.value for fid, fb in cases.items()}
-        redundant = _redundant(kept, pinned, scale, values)
+        covered = _covered(kept, pinned, scale, values)
         state.checks = {}
         for g in guidelines:
             if g.id not in kept:
                 continue
             check = kept[g.id]
             c = every[g.id]
-            action = "redundant" if g.id in redundant else c.action
+            action = "covered" if g.id in covered else c.action
             reports.append(
                 CheckReport(
                     rule_id=g.id, action=action, check=check.describe(),
                     agreement=check.test.describe() if check.test else "", tried=c.tried or 1,
                 )
             )  # fmt: skip
-            if g.id not in redundant:
-                state.checks[g.id] = check
+            state.checks[g.id] = check.model_copy(update={"covered_by": covered.get(g.id)})
         return self._store(state, before, reports, list(kept)), usage, errors
 
     # -- the experts' cases -----------------------------------------------------------
@@ -371,7 +373,9 @@ class CheckLearner:
         todo = [k for k in keys if any(v.fires(cache[k[0]]) is None for _, v in variants)]
         usage = Usage()
         if todo:
-            workers = max(1, min(len(todo), config.get("max_concurrency") or 4))
+            # Cases in parallel, each case's questions one after another: a local server
+            # has few slots, and a hosted one rate-limits.
+            workers = max(1, min(len(todo), config.get("max_concurrency") or 2))
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 usage = Usage.sum(pool.map(ask, todo))
         values = {fid: fb.value for fid, fb in cases.items()}
@@ -429,12 +433,17 @@ def _question(text: str) -> str | None:
 def _phrasings(p: ProposedCheck, rule_text: str, consequence: Any) -> list[list[Check]]:
     """The candidate groups of one written proposal: the `broken` question, then `kept`.
 
-    Each group holds a question with both polarities: which answer the model gives where
-    the rule is broken is read from the experts' cases, not assumed from the wording. A
-    proposed text that is not a question (small models write statements) is left out.
+    Each group holds a question with both polarities, with and without the `applies`
+    question: which answer the model gives where the rule is broken, and whether asking
+    first if the rule applies helps, are read from the experts' cases, not assumed from
+    the wording. A proposed text that is not a question (small models write statements)
+    is left out.
     """
     applies = _question(p.applies) if p.applies.strip() else None
     exception = _question(p.exception) if p.exception.strip() else None
+    # With the `applies` question first: on a tie, the narrower check is kept, since the
+    # experts' cases rarely show where a rule does not apply.
+    scopes = [applies, None] if applies else [None]
     groups: list[list[Check]] = []
     seen: set[str] = set()
     for question, when in ((p.broken, True), (p.kept, False)):
@@ -444,9 +453,10 @@ def _phrasings(p: ProposedCheck, rule_text: str, consequence: Any) -> list[list[
             groups.append(
                 [
                     Check(
-                        applies=applies, broken=q, broken_when=w, exception=exception,
+                        applies=a, broken=q, broken_when=w, exception=exception,
                         consequence=consequence, rule_text=rule_text,
                     )
+                    for a in scopes
                     for w in (when, not when)
                 ]
             )  # fmt: skip
@@ -458,25 +468,26 @@ def _better(a: CheckTest, b: CheckTest) -> bool:
     return (a.agreement, a.caught) > (b.agreement, b.caught)
 
 
-def _redundant(
+def _covered(
     kept: dict[str, Check], pinned: set[str], scale: Scale, values: dict[str, Any]
-) -> set[str]:
-    """Learned checks each of whose right catches a better kept check also makes."""
+) -> dict[str, str]:
+    """Learned checks each of whose right catches a better kept check also makes, and it."""
     caught = {gid: _caught(c, scale, values) for gid, c in kept.items()}
 
     def rank(gid: str) -> tuple[float, int]:
         test = kept[gid].test
         return (-test.agreement, -test.caught) if test is not None else (0.0, 0)
 
-    accepted: list[set[str]] = []
-    out: set[str] = set()
+    accepted: list[str] = []
+    out: dict[str, str] = {}
     for gid in sorted(kept, key=rank):
         check = kept[gid]
         fixed = check.author is not None or gid in pinned
-        if not fixed and check.test is not None and any(caught[gid] <= a for a in accepted):
-            out.add(gid)
+        by = next((a for a in accepted if caught[gid] <= caught[a]), None)
+        if not fixed and check.test is not None and by is not None:
+            out[gid] = by
             continue
-        accepted.append(caught[gid])
+        accepted.append(gid)
     return out
 
 

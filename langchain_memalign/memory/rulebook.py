@@ -156,6 +156,11 @@ class Check(BaseModel):
         default=None, description="The expert who wrote it; no model rewrites or drops it."
     )
     test: CheckTest | None = None
+    covered_by: str | None = Field(
+        default=None,
+        description="A rule whose check caught every case this one caught on the experts' "
+        "cases: this check is not asked while that one is.",
+    )
 
     def questions(self) -> list[str]:
         """The questions, in the order they are asked."""

@@ -31,7 +31,7 @@ WRITE_CHECKS_SYSTEM = """You turn the grading rules of a team of experts into ch
 The judge's task: {task}
 The reader sees each case as "User message" (the input) and "Reply" (the output graded).
 For each rule, write three questions, each starting with a word such as Does, Is or Did and ending with "?":
-- applies: whose answer yes means the rule applies to the case; "" if it applies to every case.
+- applies: whose answer yes means the situation the rule is about is present in the case, so the rule applies to it.
 - broken: about one visible fact of the reply, whose answer yes means the rule is broken.
 - kept: the same fact asked the other way round, whose answer yes means the rule is kept.
 - exception: whose answer yes means an exception the experts' reasons allow holds; "" if they give none.
@@ -50,7 +50,7 @@ class ProposedCheck(BaseModel):
     """One rule written as yes/no questions about a case."""
 
     rule_id: str
-    applies: Question = ""
+    applies: Question = Field(description="Yes means the rule applies to the case.")
     broken: Question = Field(description="Yes means the rule is broken.")
     kept: Question = Field(default="", description="Yes means the rule is kept.")
     exception: Question = ""

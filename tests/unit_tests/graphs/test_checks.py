@@ -1,0 +1,275 @@
+"""Rules as checks: written by reflection, tested on the experts' cases, run at judgment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import fb
+from fakes import RoleResponder
+
+from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
+from langchain_memalign.graphs.learn_checks import default_consequence, score_test
+from langchain_memalign.memory.rulebook import Check
+from langchain_memalign.scale import Scale
+
+# The team's rule: a reply to an upset customer says "sorry". The fake judge passes every
+# reply (`judge_rule`), so only a check can fail one.
+TRAIN = [
+    fb("a", "Refund please, I'm upset", "Refunds take 5 days.", False, "Say sorry first."),
+    fb("b", "My order is late and I'm angry", "It ships soon.", False, "No apology at all."),
+    fb("c", "I'm upset, the app crashed", "So sorry! Reinstall it.", True, "Apologises, good."),
+    fb("d", "I'm angry, you charged me twice", "Sorry about that, refunded.", True, "Good."),
+]
+NEW_COLD = {"inputs": "I'm upset, my parcel is lost", "outputs": "Parcels arrive in 10 days."}
+NEW_WARM = {"inputs": "I'm upset, my parcel is lost", "outputs": "Sorry! We resend it today."}
+
+
+def passes_all(case: str, memory: str) -> dict[str, Any]:
+    return {"rationale": "Looks helpful.", "score": True}
+
+
+@pytest.fixture
+def responder() -> RoleResponder:
+    r = RoleResponder(passes_all)
+    r.check_word = "sorry"
+    return r
+
+
+def roles(responder: RoleResponder, role: str) -> int:
+    return sum(r == role for r in responder.roles)
+
+
+# -- the check's logic ---------------------------------------------------------------------
+
+
+def test_fires_needs_applies_broken_and_no_exception() -> None:
+    c = Check(applies="A?", broken="B?", broken_when=False, exception="E?", rule_text="r")
+    assert c.fires({"A?": False}) is False  # does not apply: the rest is not needed
+    assert c.fires({"A?": True}) is None  # still open
+    assert c.next_question({"A?": True}) == "B?"
+    assert c.fires({"A?": True, "B?": True}) is False  # kept (broken when "no")
+    assert c.fires({"A?": True, "B?": False}) is None  # broken, unless the exception
+    assert c.fires({"A?": True, "B?": False, "E?": True}) is False
+    assert c.fires({"A?": True, "B?": False, "E?": False}) is True
+
+
+def test_score_test_counts_false_alarms_misses_and_leaves_other_failures_out() -> None:
+    scale = Scale.of(bool)
+    check = Check(broken="B?", consequence=False, rule_text="r")
+    values = {"src_fail": False, "src_fail2": False, "pass": True, "other_fail": False}
+    fired = {"src_fail": True, "src_fail2": False, "pass": True, "other_fail": False}
+    t = score_test(scale, check, fired, values, {"src_fail", "src_fail2"})
+    # caught src_fail; missed src_fail2 (a source); false alarm on pass; other_fail not counted
+    assert (t.caught, t.missed, t.false_alarms, t.counted, t.agreed) == (1, 1, 1, 3, 1)
+
+
+def test_consequence_is_read_from_the_source_cases() -> None:
+    assert default_consequence(Scale.of(bool), [True, False]) is False
+    assert default_consequence(Scale.of(bool), [True, True]) is None
+    assert default_consequence(Scale.of((1, 5)), [5, 1, 2, 4]) == 2
+    assert default_consequence(Scale.of((1, 5)), [5, 5]) is None
+    assert default_consequence(Scale.of(["good", "bad"]), ["bad", "bad", "good"]) == "bad"
+    assert default_consequence(Scale.of("pairwise"), ["A"]) is None
+
+
+# -- learning and judging ------------------------------------------------------------------
+
+
+def test_align_learns_a_check_that_agrees_with_the_experts_and_judging_applies_it(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge()
+    report = judge.align(TRAIN)
+    kept = [c for c in report.checks if c.action in ("written", "rephrased")]
+    assert kept and all("4 of 4" in c.agreement for c in kept)
+    rules = [r for r in judge.rules.list() if r.check is not None]
+    assert rules and rules[0].check.test.agreement == 1.0
+    assert rules[0].check.consequence is False
+
+    cold = judge.invoke(NEW_COLD)
+    assert cold["score"] is False
+    assert cold["metadata"]["check_fired"] == rules[0].id
+    assert "Breaks the rule" in cold["comment"] and "sorry" in cold["comment"]
+    warm = judge.invoke(NEW_WARM)
+    assert warm["score"] is True and "check_fired" not in warm["metadata"]
+    assert warm["metadata"]["checks"][0]["fired"] is False
+
+
+def test_a_fired_check_skips_the_holistic_judgment(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge()
+    judge.align(TRAIN)
+    before = roles(responder, "judge")
+    judge.invoke(NEW_COLD)
+    assert roles(responder, "judge") == before
+    judge.invoke(NEW_WARM)
+    assert roles(responder, "judge") == before + 1
+
+
+def test_the_polarity_that_agrees_with_the_experts_is_kept(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    # A model that reads "leave out" as "contain": the literal polarity never agrees.
+    answer = responder.answer_check
+
+    def misreads(human: str) -> dict[str, Any]:
+        return {k: not v for k, v in answer(human).items()}
+
+    responder.answer_check = misreads  # type: ignore[method-assign]
+    judge = make_judge()
+    judge.align(TRAIN)
+    check = next(r.check for r in judge.rules.list() if r.check is not None)
+    assert check.broken_when is False and check.test.agreement == 1.0
+    assert judge.invoke(NEW_COLD)["score"] is False
+
+
+def test_a_check_that_does_not_separate_the_cases_is_dropped(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    responder.check_word = "refund"  # has nothing to do with the experts' verdicts
+    judge = make_judge()
+    report = judge.align(TRAIN)
+    assert {c.action for c in report.checks} <= {"dropped", "none"}
+    assert any(c.action == "dropped" for c in report.checks)
+    assert all(r.check is None for r in judge.rules.list())
+    asked = roles(responder, "ask_check")
+    assert judge.invoke(NEW_COLD)["score"] is True
+    assert roles(responder, "ask_check") == asked  # no check left to ask
+
+
+def test_checks_off_writes_and_asks_nothing(make_judge: Any, responder: RoleResponder) -> None:
+    judge = make_judge(options={"checks": {"mode": "off"}})
+    report = judge.align(TRAIN)
+    assert report.checks == []
+    judge.invoke(NEW_COLD)
+    assert roles(responder, "write_checks") == roles(responder, "ask_check") == 0
+
+
+def test_joint_mode_asks_every_question_of_a_case_in_one_call(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge(options={"checks": {"mode": "joint"}})
+    judge.align(TRAIN)
+    assert any(r.check is not None for r in judge.rules.list())
+    asked = roles(responder, "ask_check")
+    assert judge.invoke(NEW_COLD)["score"] is False
+    assert roles(responder, "ask_check") == asked + 1
+
+
+def test_unalign_retests_without_asking_and_drops_checks_of_removed_rules(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge()
+    judge.align(TRAIN)
+    asked = roles(responder, "ask_check")
+    report = judge.unalign(["d"])
+    assert roles(responder, "ask_check") == asked  # answers on the other cases are kept
+    for r in judge.rules.list():
+        if r.check is not None:
+            assert "d" not in r.check.test.fired and "d" not in r.check.test.answers
+    judge.unalign(["a", "b", "c"])
+    assert all(r.check is None for r in judge.rules.list())
+    assert report.checks  # the re-test is reported
+
+
+def test_new_feedback_is_asked_about_only_once(make_judge: Any, responder: RoleResponder) -> None:
+    judge = make_judge()
+    judge.align(TRAIN[:3])
+    asked = roles(responder, "ask_check")
+    judge.align([TRAIN[3]])
+    per_case = roles(responder, "ask_check") - asked
+    # The new case, asked for the stored checks and the new rule's candidates; the
+    # three stored cases only for the new rule's candidates.
+    assert 0 < per_case < 4 * len(judge.guidelines) * 2
+
+
+def test_an_expert_check_is_tested_but_never_rewritten(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge()
+    rule = judge.rules.add("Say sorry to upset customers.", author="dana")
+    judge.rules.set_check(
+        rule.id, broken="Does the reply contain the word 'refund'?", consequence=False,
+        author="dana",
+    )  # fmt: skip
+    judge.align(TRAIN)
+    check = judge.rules.get(rule.id).check
+    assert check is not None and check.author == "dana"
+    assert check.broken == "Does the reply contain the word 'refund'?"
+    # Tested all the same: on every case, though it agrees on few of them.
+    assert check.test is not None and set(check.test.fired) == {"a", "b", "c", "d"}
+    assert judge.rules.history()[-1].action == "check"
+
+
+def test_set_check_refuses_what_it_cannot_store(make_judge: Any) -> None:
+    judge = make_judge()
+    rule = judge.rules.add("Say sorry.", author="dana")
+    with pytest.raises(InvalidRuleError, match="consequence"):
+        judge.rules.set_check(rule.id, broken="Q?", author="dana")
+    with pytest.raises(InvalidRuleError, match="scale"):
+        judge.rules.set_check(rule.id, broken="Q?", consequence="maybe", author="dana")
+    with pytest.raises(InvalidRuleError, match="empty"):
+        judge.rules.set_check(rule.id, broken=" ", consequence=False, author="dana")
+    assert judge.rules.get(rule.id).check is None
+    judge.rules.set_check(rule.id, broken="Q?", consequence=False, author="dana")
+    judge.rules.remove_check(rule.id, author="dana")
+    assert judge.rules.get(rule.id).check is None
+
+
+def test_a_failed_check_test_rolls_the_whole_align_back(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge()
+
+    def down(human: str) -> Any:
+        raise ConnectionError("provider down")
+
+    responder.answer_check = down  # type: ignore[method-assign]
+    with pytest.raises(AlignFailedError):
+        judge.align(TRAIN)
+    assert judge.guidelines == [] and judge.feedback_ids == []
+
+
+def test_checks_survive_save_and_load(
+    make_judge: Any, responder: RoleResponder, tmp_path: Any, model: Any, embeddings: Any
+) -> None:
+    judge = make_judge(path=tmp_path / "m")
+    judge.align(TRAIN)
+    checks = {r.id: r.check for r in judge.rules.list() if r.check}
+    judge.close()
+    again = MemAlignJudge.load(tmp_path / "m", model, embeddings)
+    assert {r.id: r.check for r in again.rules.list() if r.check} == checks
+    assert again.invoke(NEW_COLD)["score"] is False
+    again.close()
+
+
+def test_pairwise_the_output_that_breaks_the_rule_loses(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    responder.judge_rule = lambda case, memory: {"rationale": "Equal.", "score": "tie"}
+    judge = make_judge(scale="pairwise", options={"prompt": {"pairwise_mode": "one_order"}})
+    pairs = [
+        fb("p1", "I'm upset, refund?", ["Refund in 5 days.", "Sorry! Refund in 5 days."], "B",
+           "The second apologises."),
+        fb("p2", "I'm angry, late order", ["Sorry, it ships today.", "Ships today."], "A",
+           "Only the first says sorry."),
+    ]  # fmt: skip
+    judge.align(pairs)
+    assert any(r.check is not None for r in judge.rules.list())
+    out = judge.invoke({"inputs": "I'm upset", "outputs": ["Resent.", "Sorry, resent."]})
+    assert out["value"] == "B" and out["metadata"]["check_fired"]
+    both = judge.invoke({"inputs": "I'm upset", "outputs": ["Sorry.", "Sorry!"]})
+    assert both["value"] == "tie" and "check_fired" not in both["metadata"]
+
+
+def test_numeric_scale_gives_the_source_cases_score(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    responder.judge_rule = lambda case, memory: {"rationale": "Fine.", "score": 5}
+    judge = make_judge(scale=(1, 5), options={"calibration": {"enabled": False}})
+    judge.align([fb(f.id, f.inputs, f.outputs, 1 if f.value is False else 5, f.rationale)
+                 for f in TRAIN])  # fmt: skip
+    assert judge.invoke(NEW_COLD)["score"] == 1
+    assert judge.invoke(NEW_WARM)["score"] == 5
