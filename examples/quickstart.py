@@ -3,8 +3,8 @@
 This replays the MLflow MemAlign demo: a support-reply helpfulness judge is
 aligned on five expert-labelled cases, one of which teaches a rule generic
 judges miss (a correct but cold reply to an upset customer is unhelpful). It
-prints accuracy before and after alignment, the learned guidelines with the
-feedback they came from, then unaligns that case and shows its guideline
+prints accuracy before and after alignment, the learned rules with the
+feedback they came from and the checks tested on it, then unaligns that case and shows its guideline
 gone, and finally saves and reloads the judge.
 
 Run it on any OpenAI-compatible model:
@@ -172,9 +172,14 @@ def main(
     print(f"Aligned accuracy on the {len(seen)} seen cases: {seen_acc:.0%}")
     print(f'  double-charged customer: score={results[-1]["score"]}  "{results[-1]["comment"]}"')
 
-    print("\nLearned guidelines (with the feedback they came from):")
-    for g in judge.guidelines:
-        print(f"  - {g.text}  <- {', '.join(g.source_ids)}")
+    print("\nLearned rules (with the feedback they came from, and their checks):")
+    for rule in judge.rules.list():
+        print(f"  - {rule.text}  <- {', '.join(rule.source_ids)}")
+        if rule.check is not None and rule.check.covered_by is None:
+            test = rule.check.test.describe() if rule.check.test else "untested"
+            print(f"      check: {rule.check.describe()}\n      {test}")
+    fired = [r["metadata"].get("check_fired") for r in results]
+    print(f"Test cases decided by a check: {sum(f is not None for f in fired)} of {len(TEST)}")
 
     undo = judge.unalign(["sweater"])
     print(
@@ -203,6 +208,7 @@ def main(
         "seen": seen_acc,
         "after_unalign": after_unalign,
         "guidelines_after_unalign": reloaded.guidelines,
+        "checks_fired": sum(f is not None for f in fired),
         "folder": folder,
     }
 

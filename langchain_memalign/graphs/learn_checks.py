@@ -42,7 +42,12 @@ from langchain_memalign.graphs.judge import split_outputs
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import Check, CheckTest, RulebookState, load_rulebook
 from langchain_memalign.memory.semantic import Guideline
-from langchain_memalign.prompting.checks import ProposedCheck, checks_schema, write_checks_messages
+from langchain_memalign.prompting.checks import (
+    RULE_QUESTION,
+    ProposedCheck,
+    checks_schema,
+    write_checks_messages,
+)
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import CheckReport, Usage
 from langchain_memalign.scale import Scale
@@ -137,6 +142,7 @@ class _Candidate:
     # questions (a question and its other polarity), so a group costs one question's calls.
     groups: list[list[Check]]
     tried: int = 0
+    written: bool = False
     kept: Check | None = None
     action: str = ""
     last: tuple[Check, CheckTest] | None = None
@@ -221,27 +227,32 @@ class CheckLearner:
                     )
                 )  # fmt: skip
 
-        # 2. New candidates from the reflection model, one call for all rules.
-        fresh: dict[str, _Candidate] = {}
-        if to_write:
-            written, cost, error = self._write(to_write, scale, config)
-            usage = usage + cost
-            if error:
-                errors.append(error)
-            for g in to_write:
-                if g.id in written:
-                    fresh[g.id] = _Candidate(g, written[g.id])
-                elif not error:
-                    reports.append(CheckReport(rule_id=g.id, action="none"))
-
-        # 3. Candidates tested group by group until one separates the experts' cases.
+        # 2. Each rule first asked as it is; the rules that question does not check get
+        # questions written by the reflection model (one call for all of them) next.
+        consequences = self._consequences(to_write)
+        fresh: dict[str, _Candidate] = {
+            g.id: _Candidate(g, [_rule_question(g.text, consequences[g.id])])
+            for g in to_write
+            if consequences[g.id] is not None or scale.kind == "pairwise"
+        }
         if not cases:  # `test_cases=0`: the first candidate is kept untested
             for c in fresh.values():
                 c.kept, c.tried, c.action = c.groups[0][0], 1, "written"
+
+        # 3. Candidates tested group by group until one separates the experts' cases.
         while True:
             open_ = {gid: c for gid, c in fresh.items() if c.kept is None and c.groups}
             if not open_:
-                break
+                need = [c.rule for c in fresh.values() if c.kept is None and not c.written]
+                if not need:
+                    break
+                written, cost, error = self._write(need, consequences, config)
+                usage = usage + cost
+                errors += [error] if error else []
+                for g in need:
+                    fresh[g.id].written = True
+                    fresh[g.id].groups += written.get(g.id, [])
+                continue
             usage = usage + self._test_round(open_, cases, cache, config)
             for c in open_.values():
                 c.groups.pop(0)
@@ -250,15 +261,16 @@ class CheckLearner:
                 check, test = c.last
                 if passes(test, opts.min_agreement):
                     c.kept = check.model_copy(update={"test": test})
-                    c.action = "written" if c.tried <= 2 else "rephrased"
-                elif not c.groups:
-                    c.action = "dropped"
-                    reports.append(
-                        CheckReport(
-                            rule_id=c.rule.id, action="dropped", check=check.describe(),
-                            agreement=test.describe(), tried=c.tried,
-                        )
-                    )  # fmt: skip
+                    c.action = "written" if c.tried == 1 else "rephrased"
+        for c in fresh.values():
+            if c.kept is None and c.last is not None:
+                check, test = c.last
+                reports.append(
+                    CheckReport(
+                        rule_id=c.rule.id, action="dropped", check=check.describe(),
+                        agreement=test.describe(), tried=c.tried,
+                    )
+                )  # fmt: skip
 
         # 4. Learned checks that add no verdict on the experts' cases are left out.
         every = {**stored, **fresh}
@@ -296,19 +308,46 @@ class CheckLearner:
 
     # -- writing ------------------------------------------------------------------------
 
+    def _consequences(self, rules: Sequence[Guideline]) -> dict[str, Any]:
+        """Each rule's consequence, read from its source cases (`default_consequence`)."""
+        sources = self.memory.store.get_feedback({s for g in rules for s in g.source_ids})
+        scale = self.memory.config.scale
+        return {
+            g.id: default_consequence(
+                scale, [sources[s].value for s in g.source_ids if s in sources]
+            )
+            for g in rules
+        }
+
     def _write(
-        self, rules: Sequence[Guideline], scale: Scale, config: RunnableConfig
+        self, rules: Sequence[Guideline], consequences: dict[str, Any], config: RunnableConfig
     ) -> tuple[dict[str, list[list[Check]]], Usage, str | None]:
-        """Candidate checks for `rules` (rules without a consequence get none)."""
+        """Written candidate checks for `rules`, from one call to the reflection model."""
         mem = self.memory
         sources = mem.store.get_feedback({s for g in rules for s in g.source_ids})
-        consequences: dict[str, Any] = {}
-        for g in rules:
-            values = [sources[s].value for s in g.source_ids if s in sources]
-            consequences[g.id] = default_consequence(scale, values)
-        wanted = [g for g in rules if consequences[g.id] is not None or scale.kind == "pairwise"]
-        if not wanted:
-            return {}, Usage(), None
+        # Paraphrases (reflection often states one rule several times) share the first
+        # one's questions: written once, and asked once per case through the cache.
+        heads, copies = _paraphrases(rules, mem.guidelines, mem.guideline_vectors)
+        written, usage, error = self._write_heads(heads, sources, consequences, config)
+        for gid, head in copies.items():
+            if head in written:
+                text = next(g.text for g in rules if g.id == gid)
+                written[gid] = [
+                    [c.model_copy(update={"rule_text": text, "consequence": consequences[gid]})
+                     for c in group]
+                    for group in written[head]
+                ]  # fmt: skip
+        return written, usage, error
+
+    def _write_heads(
+        self,
+        wanted: Sequence[Guideline],
+        sources: dict[str, Feedback],
+        consequences: dict[str, Any],
+        config: RunnableConfig,
+    ) -> tuple[dict[str, list[list[Check]]], Usage, str | None]:
+        """Candidate checks for `wanted`, from one call to the reflection model."""
+        mem = self.memory
         ids = tuple(g.id for g in wanted)
         writer = self._writers.get(ids)
         if writer is None:
@@ -318,19 +357,20 @@ class CheckLearner:
             )  # fmt: skip
             self._writers = {ids: writer}
         msgs = write_checks_messages(mem.config.instructions, wanted, sources)
+        proposed: list[ProposedCheck] = []
+        error = None
         try:
             out, usage = writer.invoke(msgs, config)
-        except MalformedOutputError as e:  # the rules stay unchecked; the next align retries
-            cost = getattr(e, "usage", None) or Usage(llm_calls=1)
-            return {}, cost, f"writing checks for {list(ids)} failed: {type(e).__name__}: {e}"
+            proposed = list(out.checks)
+        except MalformedOutputError as e:  # the rule itself is still asked (`_rule_question`)
+            usage = getattr(e, "usage", None) or Usage(llm_calls=1)
+            error = f"writing checks for {list(ids)} failed: {type(e).__name__}: {e}"
         texts = {g.id: g.text for g in wanted}
         written: dict[str, list[list[Check]]] = {}
-        for p in out.checks:
+        for p in proposed:
             if p.rule_id in texts and p.rule_id not in written:
-                phrasings = _phrasings(p, texts[p.rule_id], consequences[p.rule_id])
-                if phrasings:
-                    written[p.rule_id] = phrasings
-        return written, usage, None
+                written[p.rule_id] = _phrasings(p, texts[p.rule_id], consequences[p.rule_id])
+        return written, usage, error
 
     # -- testing ------------------------------------------------------------------------
 
@@ -341,67 +381,114 @@ class CheckLearner:
         cache: dict[str, dict[str, bool]],
         config: RunnableConfig,
     ) -> Usage:
-        """Test each candidate's first group on every case; keep its best variant in `last`.
+        """Test each candidate's first group; keep its best variant and test in `last`.
 
-        Only answers missing from `cache` are asked; a variant that needs no new
-        question (the other polarity of one asked) costs nothing.
+        In two stages: the rules' own source cases first, then, for the variants that
+        separated those, the other cases. Only answers missing from `cache` are asked;
+        the other polarity of a question asked costs nothing.
         """
         if not candidates:
             return Usage()
-        scale = self.memory.config.scale
-        variants = [
-            (f"{gid}/{j}", v) for gid, c in candidates.items() for j, v in enumerate(c.groups[0])
-        ]
+        min_agreement = self.memory.config.options.checks.min_agreement
+        sources = {s for c in candidates.values() for s in c.rule.source_ids}
+        first = {fid: fb for fid, fb in cases.items() if fid in sources}
+        rest = {fid: fb for fid, fb in cases.items() if fid not in sources}
+        usage = self._ask(
+            [(f"{gid}/{j}", v) for gid, c in candidates.items() for j, v in enumerate(c.groups[0])],
+            first, cache, config,
+        )  # fmt: skip
+        viable: dict[str, list[Check]] = {}
+        for gid, c in candidates.items():
+            tests = [(v, self._score(c, v, first, cache)) for v in c.groups[0]]
+            good = [v for v, t in tests if passes(t, min_agreement) or not first]
+            if good:
+                viable[gid] = good
+            else:  # it does not separate its own cases: no need to ask about the others
+                c.tried += 1
+                c.last = max(tests, key=lambda vt: (vt[1].agreement, vt[1].caught))
+        usage = usage + self._ask(
+            [(f"{gid}/{j}", v) for gid, vs in viable.items() for j, v in enumerate(vs)],
+            rest, cache, config,
+        )  # fmt: skip
+        for gid, vs in viable.items():
+            c = candidates[gid]
+            c.tried += 1
+            best: tuple[Check, CheckTest] | None = None
+            for v in vs:
+                test = self._score(c, v, cases, cache)
+                if best is None or _better(test, best[1]):
+                    best = (v, test)
+            c.last = best
+        return usage
+
+    def _keys(self, cases: dict[str, Feedback]) -> list[tuple[str, dict[str, Any]]]:
+        """Each case as the judge asks about it: a pairwise case's outputs one by one."""
+        pairwise = self.memory.config.scale.kind == "pairwise"
         keys: list[tuple[str, dict[str, Any]]] = []
         for fid, fb in cases.items():
             case = {
                 "inputs": fb.inputs, "outputs": fb.outputs,
                 "reference_outputs": fb.reference_outputs,
             }  # fmt: skip
-            pair = split_outputs(fb.outputs) if scale.kind == "pairwise" else None
+            pair = split_outputs(fb.outputs) if pairwise else None
             if pair is None:
                 keys.append((fid, case))
             else:
                 keys += [(f"{fid}#{i}", {**case, "outputs": o}) for i, o in enumerate(pair, 1)]
+        return keys
+
+    def _ask(
+        self,
+        variants: list[tuple[str, Check]],
+        cases: dict[str, Feedback],
+        cache: dict[str, dict[str, bool]],
+        config: RunnableConfig,
+    ) -> Usage:
+        """Ask what `variants` need on `cases` and `cache` lacks, cases in parallel."""
+        keys = self._keys(cases)
         for key, _ in keys:
             cache.setdefault(key, {})
+        todo = [k for k in keys if any(v.fires(cache[k[0]]) is None for _, v in variants)]
+        if not variants or not todo:
+            return Usage()
 
         def ask(item: tuple[str, dict[str, Any]]) -> Usage:
             key, case = item
             return self.asker.ask(variants, case, config, known=cache[key])[1]
 
-        todo = [k for k in keys if any(v.fires(cache[k[0]]) is None for _, v in variants)]
-        usage = Usage()
-        if todo:
-            # Cases in parallel, each case's questions one after another: a local server
-            # has few slots, and a hosted one rate-limits.
-            workers = max(1, min(len(todo), config.get("max_concurrency") or 2))
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                usage = Usage.sum(pool.map(ask, todo))
+        # Cases in parallel, each case's questions one after another: a local server
+        # has few slots, and a hosted one rate-limits.
+        workers = max(1, min(len(todo), config.get("max_concurrency") or 2))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return Usage.sum(pool.map(ask, todo))
+
+    def _score(
+        self,
+        c: _Candidate,
+        variant: Check,
+        cases: dict[str, Feedback],
+        cache: dict[str, dict[str, bool]],
+    ) -> CheckTest:
+        """`variant`'s test on `cases` from the cached answers."""
+        fired: dict[str, Fired] = {}
+        answers: dict[str, dict[str, bool]] = {}
+        for key, _ in self._keys(cases):
+            fid, _, half = key.partition("#")
+            got = cache.get(key, {})
+            answers[key] = {q: a for q, a in got.items() if q in variant.questions()}
+            f = bool(variant.fires(got))
+            if half:
+                prev = fired.get(fid)
+                fired[fid] = [*(prev if isinstance(prev, list) else []), f]
+            else:
+                fired[fid] = f
         values = {fid: fb.value for fid, fb in cases.items()}
-        for c in candidates.values():
-            sources = set(c.rule.source_ids)
-            c.tried += 1
-            best: tuple[Check, CheckTest] | None = None
-            for v in c.groups[0]:
-                fired: dict[str, Fired] = {}
-                answers: dict[str, dict[str, bool]] = {}
-                for key, _ in keys:
-                    fid, _, half = key.partition("#")
-                    got = {q: a for q, a in cache[key].items() if q in v.questions()}
-                    answers[key] = got
-                    f = bool(v.fires(cache[key]))
-                    if half:
-                        prev = fired.get(fid)
-                        fired[fid] = [*(prev if isinstance(prev, list) else []), f]
-                    else:
-                        fired[fid] = f
-                test = score_test(scale, v, fired, values, sources, tried=c.tried)
-                test.answers = answers
-                if best is None or _better(test, best[1]):
-                    best = (v, test)
-            c.last = best
-        return usage
+        test = score_test(
+            self.memory.config.scale, variant, fired, values, set(c.rule.source_ids),
+            tried=c.tried + 1,
+        )  # fmt: skip
+        test.answers = answers
+        return test
 
     # -- storing ------------------------------------------------------------------------
 
@@ -418,6 +505,40 @@ class CheckLearner:
                 w.put_rulebook(state)
                 w.log("checks", [], rule_ids)
         return reports
+
+
+# Cosine similarity at which two guidelines count as one rule stated twice (MiniLM-like
+# embeddings put paraphrases above it).
+PARAPHRASE_SIMILARITY = 0.8
+
+
+def _paraphrases(
+    rules: Sequence[Guideline], guidelines: Sequence[Guideline], vectors: Any
+) -> tuple[list[Guideline], dict[str, str]]:
+    """The rules to write checks for, and each other rule's paraphrase among them."""
+    if vectors is None or len(rules) < 2:
+        return list(rules), {}
+    row = {g.id: i for i, g in enumerate(guidelines)}
+    heads: list[Guideline] = []
+    copies: dict[str, str] = {}
+    for g in rules:
+        if g.id not in row:
+            heads.append(g)
+            continue
+        v = vectors[row[g.id]]
+        head = next(
+            (
+                h
+                for h in heads
+                if h.id in row and float(vectors[row[h.id]] @ v) >= PARAPHRASE_SIMILARITY
+            ),
+            None,
+        )
+        if head is None:
+            heads.append(g)
+        else:
+            copies[g.id] = head.id
+    return heads, copies
 
 
 def _comparable(checks: dict[str, Check]) -> dict[str, Any]:
@@ -461,6 +582,15 @@ def _phrasings(p: ProposedCheck, rule_text: str, consequence: Any) -> list[list[
                 ]
             )  # fmt: skip
     return groups
+
+
+def _rule_question(rule_text: str, consequence: Any) -> list[Check]:
+    """The rule asked as one question, "Does the reply follow this rule: ...?", both ways."""
+    question = RULE_QUESTION.format(rule=rule_text.rstrip(". "))
+    return [
+        Check(broken=question, broken_when=w, consequence=consequence, rule_text=rule_text)
+        for w in (False, True)
+    ]
 
 
 def _better(a: CheckTest, b: CheckTest) -> bool:

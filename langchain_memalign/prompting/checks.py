@@ -30,15 +30,19 @@ Question = Annotated[str, Field(max_length=400, json_schema_extra={"maxLength": 
 WRITE_CHECKS_SYSTEM = """You turn the grading rules of a team of experts into checks: short yes/no questions that a reader answers about one case alone, without knowing the rule.
 The judge's task: {task}
 The reader sees each case as "User message" (the input) and "Reply" (the output graded).
-For each rule, write three questions, each starting with a word such as Does, Is or Did and ending with "?":
-- applies: whose answer yes means the situation the rule is about is present in the case, so the rule applies to it.
-- broken: about one visible fact of the reply, whose answer yes means the rule is broken.
-- kept: the same fact asked the other way round, whose answer yes means the rule is kept.
-- exception: whose answer yes means an exception the experts' reasons allow holds; "" if they give none.
-Use the rule's own words. For a rule of the form "When X, the reply must do Y": applies "Is X the case in the user message?", broken "Does the reply leave out Y?", kept "Does the reply do Y?".
+For each rule, write three questions about concrete things a reader can see in the case, each starting with a word such as Does, Is or Did and ending with "?":
+- applies: yes means the situation the rule is about is present in the case.
+- broken: yes means the reply breaks the rule.
+- kept: yes means the reply keeps the rule.
+- exception: yes means an exception that the experts' reasons allow holds; "" if they give none.
+For a rule of the form "When X, the reply must do Y": applies "Is X the case in the user message?", broken "Does the reply leave out Y?", kept "Does the reply do Y?". Name X and Y in the rule's own words.
 Leave out a rule that no such question can check.
 {material}
 Answer with a JSON object: {{"checks": [{{"rule_id": "<id>", "applies": "...", "broken": "...", "kept": "...", "exception": ""}}]}}"""
+
+# A candidate that needs no writing: the rule itself asked as one narrow question. Tested
+# like the written ones, after them; kept only if it agrees with the experts' cases.
+RULE_QUESTION = "Does the reply follow this rule: {rule}?"
 
 ASK_SYSTEM = (
     "Answer questions about the case below from its text alone. The user message and the "
