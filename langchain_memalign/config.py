@@ -242,7 +242,7 @@ class ChecksOptions(_Group):
         "only the guidelines without one.",
     )
     case_max_chars: int = Field(
-        default=2000, ge=100,
+        default=2000, ge=100, le=200_000,
         description="Characters of each field of a case shown with a check's question.",
     )  # fmt: skip
 

@@ -39,6 +39,10 @@ CONFIG_BOUNDS: dict[str, tuple[float, float]] = {
     "options.reflection.guideline_token_budget": (50, 200_000),
     "options.validation.max_calls": (0, 10_000),
     "options.calibration.max_calls": (0, 10_000),
+    "options.checks.min_agreement": (0.0, 1.0),
+    "options.checks.test_cases": (0, 1_000),
+    "options.checks.max_per_judgment": (0, 64),
+    "options.checks.case_max_chars": (100, 200_000),
 }
 
 # Options whose `None` means "off" rather than a number out of bounds.

@@ -69,10 +69,11 @@ def flat(config: JudgeConfig) -> dict[str, Any]:
 
 def test_every_flat_name_has_a_place_and_every_option_a_flat_name() -> None:
     places = {path for path in LEGACY_OPTIONS.values()}
+    # Options added after they were nested (`checks`) never had a flat name.
     nested = {
         (group, field)
         for group, info in JudgeOptions.model_fields.items()
-        if group != "max_retries"
+        if group not in ("max_retries", "checks")
         for field in info.annotation.model_fields  # type: ignore[union-attr]
     }
     assert places == nested | {("max_retries",)}

@@ -25,13 +25,14 @@ def test_graph_shape(make_judge: Any) -> None:
     assert {("__start__", "classify"), ("classify", "forget"), ("classify", "batch")} <= edges
     assert {("forget", "batch"), ("batch", "reflect"), ("batch", "merge")} <= edges
     assert {("reflect", "merge"), ("merge", "validate"), ("validate", "calibrate")} <= edges
-    assert {("calibrate", "consolidate"), ("calibrate", "__end__")} <= edges
+    assert {("calibrate", "consolidate"), ("calibrate", "checks")} <= edges
+    assert {("consolidate", "checks"), ("checks", "__end__")} <= edges
 
 
 def test_unalign_graph_shape(make_judge: Any) -> None:
     graph = make_judge().unalign_graph.get_graph()
     edges = {(e.source, e.target) for e in graph.edges}
-    assert edges == {("__start__", "forget"), ("forget", "__end__")}
+    assert edges == {("__start__", "forget"), ("forget", "checks"), ("checks", "__end__")}
 
 
 class NodeRuns(BaseCallbackHandler):
@@ -159,4 +160,4 @@ def test_consolidate_alone(make_judge: Any) -> None:
     assert [(g.text, set(g.source_ids)) for g in judge.guidelines] == [
         ("Consolidated rule.", {"sweater", "hours"})
     ]
-    assert nodes.route_consolidation({}) == "__end__"
+    assert nodes.route_consolidation({}) == "checks"

@@ -22,7 +22,9 @@ def test_graph_shape(make_judge: Any) -> None:
     edges = {(e.source, e.target) for e in graph.edges}
     assert ("embed_case", "load_guidelines") in edges
     assert ("embed_case", "retrieve_episodes") in edges
-    assert ("load_guidelines", "judge") in edges and ("retrieve_episodes", "judge") in edges
+    assert ("load_guidelines", "run_checks") in edges
+    assert ("retrieve_episodes", "run_checks") in edges
+    assert ("run_checks", "judge") in edges and ("judge", "__end__") in edges
 
 
 def test_the_graph_runs_the_nodes_it_is_given(make_judge: Any) -> None:
@@ -298,7 +300,10 @@ def test_a_long_past_case_shows_every_field_and_both_ends(
 ) -> None:
     # A head-only cut of {"instruction": <long dialogue>, "rubric": ...} showed only the
     # dialogue's first lines: neither the last question nor the rubric the score means.
-    judge = make_judge(episode_max_chars=900, judge_prompt=style)
+    # Checks off: a check's question call would be the last call, not the judge prompt.
+    judge = make_judge(
+        episode_max_chars=900, judge_prompt=style, options={"checks": {"mode": "off"}}
+    )
     dialogue = "User: first question. " + "Assistant: a long answer. " * 60 + "User: LAST QUESTION?"
     case = SWEATER.model_copy(
         update={"id": "long", "inputs": {"instruction": dialogue, "rubric": "Score 1: RUBRIC."}}

@@ -118,7 +118,7 @@ def test_every_number_of_the_config_is_bounded() -> None:
 
     found = numbers(JudgeConfig, "")
     assert found <= set(CONFIG_BOUNDS), found - set(CONFIG_BOUNDS)
-    assert len(found) == 14  # k and the 13 numeric options
+    assert len(found) == 18  # k and the 17 numeric options
 
 
 @pytest.mark.parametrize("spec", [(1, 5), (1, 50), (0.0, 1.0)])
