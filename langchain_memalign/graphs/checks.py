@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,22 +203,6 @@ class CheckAsker:
             error = next((errors[q] for q in check.questions() if q in errors), None)
             out.append(CheckOutcome(rule_id, bool(fired), asked, error if fired is None else None))
         return out
-
-    # -- many cases --------------------------------------------------------------------
-
-    def ask_many(
-        self,
-        checks: Sequence[tuple[str, Check]],
-        cases: Sequence[dict[str, Any]],
-        config: RunnableConfig,
-    ) -> tuple[list[list[CheckOutcome]], Usage]:
-        """`ask` for each case, cases in parallel (up to the config's `max_concurrency`)."""
-        if not cases:
-            return [], Usage()
-        workers = config.get("max_concurrency") or 4
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(lambda c: self.ask(checks, c, config), cases))
-        return [r for r, _ in results], Usage.sum(u for _, u in results)
 
 
 def _merged(

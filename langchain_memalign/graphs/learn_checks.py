@@ -2,18 +2,20 @@
 
 The last step of every align and unalign that changed the memory. For each guideline:
 
-1. its stored check is tested again where the feedback changed (answers on unchanged
-   cases are kept in the check's test, so a re-test asks only about new cases, and an
-   unalign asks nothing);
-2. a guideline without a check, whose text changed since its check was written, or whose
-   learned check no longer agrees with the experts, gets candidates from the reflection
-   model, all in one call: the rule's questions as written, then the same fact asked the
-   other way round;
-3. each candidate is asked about the rule's source cases and the others (at most
-   `options.checks.test_cases`), in the form the judge will ask it, and scored against
-   the experts' verdicts (`CheckTest`); the first that reaches
-   `options.checks.min_agreement` is kept, and a rule none of whose candidates does
-   keeps no check;
+1. its stored check is tested again (the answers on unchanged cases are kept in the
+   check's test, so a re-test asks only about new cases, and an unalign asks nothing);
+   a learned check that no longer agrees with the experts is replaced;
+2. a guideline without a check, or whose text changed since its check was written, is
+   first asked as it is, "Does the reply follow this rule: ...?" (`RULE_QUESTION`);
+   the rules that question does not check get questions written by the reflection
+   model from the rule and its source rationales, all in one call (applies, broken,
+   kept, exception); paraphrased rules share one rule's questions;
+3. each candidate is asked about the rule's source cases, then, if it separates those,
+   about the others (at most `options.checks.test_cases`), in the form the judge will
+   ask it, and scored against the experts' verdicts (`CheckTest`); both polarities of
+   each question, with and without its `applies` question, are scored from the same
+   answers. The first candidate that reaches `options.checks.min_agreement` and catches
+   a case is kept; a rule none of whose candidates does keeps no check;
 4. a learned check that catches no case another kept check does not catch is kept but
    marked `covered_by` that check, and not asked while it is: it would cost calls at
    every judgment and change no verdict on the experts' cases.

@@ -77,6 +77,10 @@ TEST_OPTIONS: dict[str, Any] = {
     # The tests of alignment's bookkeeping script one proposal per feedback item, as
     # batch reflection asks; graphs/test_pairs.py tests the default, pairs.
     "reflection": {"source_support": None, "mode": "batch"},
+    # Checks ask the model about each case after every align and before every judgment;
+    # the tests that count calls elsewhere would count them. graphs/test_checks.py tests
+    # them, and the CLI, example and LangSmith tests run them at the package's default.
+    "checks": {"mode": "off"},
 }
 # The constructor's own parameters; every other keyword of `make_judge` is an option.
 JUDGE_PARAMS = frozenset(inspect.signature(MemAlignJudge.__init__).parameters) - {"self"}

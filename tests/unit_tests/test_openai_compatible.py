@@ -30,6 +30,7 @@ def test_judge_and_align_over_an_openai_compatible_server() -> None:
             embeddings=embeddings,
             options={
                 "validation": {"mode": "off"},  # this test counts the reflection call's tokens
+                "checks": {"mode": "off"},  # (and no check's)
                 # the fake server's vectors do not measure support
                 "reflection": {"source_support": None},
             },

@@ -633,6 +633,35 @@ def test_rules_round_trip(env: Env) -> None:
     assert [r["id"] for r in info["rejected"]] == [rude]
 
 
+def test_rules_check_is_written_tested_and_listed(env: Env) -> None:
+    env.created()
+    added = env.run("rules", "add", "Say sorry to upset customers.", "--author", "dana")[1]
+    rule = added.split()[1].rstrip(":")
+    code, out, err = env.run(
+        "rules", "check", rule, "--applies", "Is the customer upset?",
+        "--broken", "Does the reply contain the word 'sorry'?", "--broken-when", "no",
+        "--consequence", "false", "--author", "dana",
+    )  # fmt: skip
+    assert code == EXIT_OK, err
+    assert out.startswith(f"Checked {rule}: applies if yes to: Is the customer upset?")
+    code, _, err = env.run(
+        "rules", "check", rule, "--broken", "Q?", "--consequence", "maybe", "--author", "dana"
+    )
+    assert code == EXIT_USAGE and "not on the judge's scale" in err and "nothing changed" in err
+    env.run("align", env.feedback)  # tests the expert's check on the experts' cases
+    code, out, _ = env.run("rules", "list")
+    assert code == EXIT_OK
+    block = out.split(rule, 1)[1].split("\ng-", 1)[0]
+    assert "check (written by dana): applies if yes to: Is the customer upset?" in block
+    assert "broken if no to: Does the reply contain the word 'sorry'?; then false" in block
+    assert "test: agrees with the experts on " in block
+    info = json.loads(env.run("rules", "list", "--json")[1])
+    check = next(r["check"] for r in info["rules"] if r["id"] == rule)
+    assert check["author"] == "dana" and check["test"]["counted"] >= 1
+    assert env.run("rules", "uncheck", rule, "--author", "dana")[0] == EXIT_OK
+    assert "check (written" not in env.run("rules", "list")[1]
+
+
 def test_rules_errors_change_nothing(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     env.created()
     monkeypatch.delenv("MEMALIGN_AUTHOR", raising=False)

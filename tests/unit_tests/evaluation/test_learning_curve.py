@@ -57,6 +57,7 @@ def make() -> Any:
             options={
                 "validation": {"mode": "off"},
                 "reflection": {"source_support": None, "mode": "batch"},
+                "checks": {"mode": "off"},  # no check calls in the counts either
             },
         )
 

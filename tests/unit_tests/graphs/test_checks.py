@@ -25,6 +25,10 @@ NEW_COLD = {"inputs": "I'm upset, my parcel is lost", "outputs": "Parcels arrive
 NEW_WARM = {"inputs": "I'm upset, my parcel is lost", "outputs": "Sorry! We resend it today."}
 
 
+# The unit tests' judges have checks off (conftest.TEST_OPTIONS); these turn them on.
+ON = {"mode": "separate"}
+
+
 def passes_all(case: str, memory: str) -> dict[str, Any]:
     return {"rationale": "Looks helpful.", "score": True}
 
@@ -79,7 +83,7 @@ def test_consequence_is_read_from_the_source_cases() -> None:
 def test_align_learns_a_check_that_agrees_with_the_experts_and_judging_applies_it(
     make_judge: Any, responder: RoleResponder
 ) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     report = judge.align(TRAIN)
     kept = [c for c in report.checks if c.action in ("written", "rephrased")]
     assert kept and all("4 of 4" in c.agreement for c in kept)
@@ -99,7 +103,7 @@ def test_align_learns_a_check_that_agrees_with_the_experts_and_judging_applies_i
 def test_a_fired_check_skips_the_holistic_judgment(
     make_judge: Any, responder: RoleResponder
 ) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     judge.align(TRAIN)
     before = roles(responder, "judge")
     judge.invoke(NEW_COLD)
@@ -118,7 +122,7 @@ def test_the_polarity_that_agrees_with_the_experts_is_kept(
         return {k: not v for k, v in answer(human).items()}
 
     responder.answer_check = misreads  # type: ignore[method-assign]
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     judge.align(TRAIN)
     check = next(r.check for r in judge.rules.list() if r.check is not None)
     assert check.broken_when is False and check.test.agreement == 1.0
@@ -129,7 +133,7 @@ def test_a_check_that_does_not_separate_the_cases_is_dropped(
     make_judge: Any, responder: RoleResponder
 ) -> None:
     responder.check_word = "refund"  # has nothing to do with the experts' verdicts
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     report = judge.align(TRAIN)
     assert {c.action for c in report.checks} <= {"dropped", "none"}
     assert any(c.action == "dropped" for c in report.checks)
@@ -161,7 +165,7 @@ def test_joint_mode_asks_every_question_of_a_case_in_one_call(
 def test_unalign_retests_without_asking_and_drops_checks_of_removed_rules(
     make_judge: Any, responder: RoleResponder
 ) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     judge.align(TRAIN)
     asked = roles(responder, "ask_check")
     report = judge.unalign(["d"])
@@ -175,7 +179,7 @@ def test_unalign_retests_without_asking_and_drops_checks_of_removed_rules(
 
 
 def test_new_feedback_is_asked_about_only_once(make_judge: Any, responder: RoleResponder) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     judge.align(TRAIN[:3])
     asked = roles(responder, "ask_check")
     judge.align([TRAIN[3]])
@@ -188,7 +192,7 @@ def test_new_feedback_is_asked_about_only_once(make_judge: Any, responder: RoleR
 def test_an_expert_check_is_tested_but_never_rewritten(
     make_judge: Any, responder: RoleResponder
 ) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     rule = judge.rules.add("Say sorry to upset customers.", author="dana")
     judge.rules.set_check(
         rule.id, broken="Does the reply contain the word 'refund'?", consequence=False,
@@ -204,7 +208,7 @@ def test_an_expert_check_is_tested_but_never_rewritten(
 
 
 def test_set_check_refuses_what_it_cannot_store(make_judge: Any) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
     rule = judge.rules.add("Say sorry.", author="dana")
     with pytest.raises(InvalidRuleError, match="consequence"):
         judge.rules.set_check(rule.id, broken="Q?", author="dana")
@@ -221,7 +225,7 @@ def test_set_check_refuses_what_it_cannot_store(make_judge: Any) -> None:
 def test_a_failed_check_test_rolls_the_whole_align_back(
     make_judge: Any, responder: RoleResponder
 ) -> None:
-    judge = make_judge()
+    judge = make_judge(options={"checks": ON})
 
     def down(human: str) -> Any:
         raise ConnectionError("provider down")
@@ -235,7 +239,7 @@ def test_a_failed_check_test_rolls_the_whole_align_back(
 def test_checks_survive_save_and_load(
     make_judge: Any, responder: RoleResponder, tmp_path: Any, model: Any, embeddings: Any
 ) -> None:
-    judge = make_judge(path=tmp_path / "m")
+    judge = make_judge(path=tmp_path / "m", options={"checks": ON})
     judge.align(TRAIN)
     checks = {r.id: r.check for r in judge.rules.list() if r.check}
     judge.close()
@@ -249,7 +253,9 @@ def test_pairwise_the_output_that_breaks_the_rule_loses(
     make_judge: Any, responder: RoleResponder
 ) -> None:
     responder.judge_rule = lambda case, memory: {"rationale": "Equal.", "score": "tie"}
-    judge = make_judge(scale="pairwise", options={"prompt": {"pairwise_mode": "one_order"}})
+    judge = make_judge(
+        scale="pairwise", options={"prompt": {"pairwise_mode": "one_order"}, "checks": ON}
+    )
     pairs = [
         fb("p1", "I'm upset, refund?", ["Refund in 5 days.", "Sorry! Refund in 5 days."], "B",
            "The second apologises."),
@@ -268,7 +274,7 @@ def test_numeric_scale_gives_the_source_cases_score(
     make_judge: Any, responder: RoleResponder
 ) -> None:
     responder.judge_rule = lambda case, memory: {"rationale": "Fine.", "score": 5}
-    judge = make_judge(scale=(1, 5), options={"calibration": {"enabled": False}})
+    judge = make_judge(scale=(1, 5), options={"calibration": {"enabled": False}, "checks": ON})
     judge.align([fb(f.id, f.inputs, f.outputs, 1 if f.value is False else 5, f.rationale)
                  for f in TRAIN])  # fmt: skip
     assert judge.invoke(NEW_COLD)["score"] == 1
