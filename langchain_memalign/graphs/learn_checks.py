@@ -132,9 +132,16 @@ def score_test(
     return t
 
 
-def passes(test: CheckTest, min_agreement: float) -> bool:
-    """Whether a tested check separates the experts' cases: it catches one, and agrees enough."""
-    return test.caught >= 1 and test.agreement >= min_agreement
+def passes(test: CheckTest, min_agreement: float, *, silent_somewhere: bool = True) -> bool:
+    """Whether a tested check separates the experts' cases.
+
+    It catches a case the experts gave its consequence, stays silent on one they graded
+    otherwise (a check that fires everywhere separates nothing; not required of the
+    first stage, a rule's own source cases, which may all be broken), and agrees with
+    at least `min_agreement` of the cases that count.
+    """
+    silent = test.agreed - test.caught >= 1 or not silent_somewhere
+    return test.caught >= 1 and silent and test.agreement >= min_agreement
 
 
 @dataclass
@@ -402,7 +409,9 @@ class CheckLearner:
         viable: dict[str, list[Check]] = {}
         for gid, c in candidates.items():
             tests = [(v, self._score(c, v, first, cache)) for v in c.groups[0]]
-            good = [v for v, t in tests if passes(t, min_agreement) or not first]
+            good = [
+                v for v, t in tests if not first or passes(t, min_agreement, silent_somewhere=False)
+            ]
             if good:
                 viable[gid] = good
             else:  # it does not separate its own cases: no need to ask about the others

@@ -9,7 +9,7 @@ from conftest import fb
 from fakes import RoleResponder
 
 from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
-from langchain_memalign.graphs.learn_checks import default_consequence, score_test
+from langchain_memalign.graphs.learn_checks import default_consequence, passes, score_test
 from langchain_memalign.memory.rulebook import Check
 from langchain_memalign.scale import Scale
 
@@ -56,6 +56,15 @@ def test_fires_needs_applies_broken_and_no_exception() -> None:
     assert c.fires({"A?": True, "B?": False}) is None  # broken, unless the exception
     assert c.fires({"A?": True, "B?": False, "E?": True}) is False
     assert c.fires({"A?": True, "B?": False, "E?": False}) is True
+
+
+def test_a_check_that_fires_everywhere_separates_nothing() -> None:
+    scale = Scale.of(bool)
+    check = Check(broken="B?", consequence=False, rule_text="r")
+    one = score_test(scale, check, {"f": True}, {"f": False}, {"f"})
+    assert one.agreement == 1.0 and not passes(one, 0.75)  # caught, but silent nowhere
+    two = score_test(scale, check, {"f": True, "p": False}, {"f": False, "p": True}, {"f"})
+    assert passes(two, 0.75)
 
 
 def test_score_test_counts_false_alarms_misses_and_leaves_other_failures_out() -> None:
@@ -261,6 +270,8 @@ def test_pairwise_the_output_that_breaks_the_rule_loses(
            "The second apologises."),
         fb("p2", "I'm angry, late order", ["Sorry, it ships today.", "Ships today."], "A",
            "Only the first says sorry."),
+        fb("p3", "I'm upset, wrong size", ["Sorry, swap it.", "Sorry! We swap it."], "tie",
+           "Both apologise."),
     ]  # fmt: skip
     judge.align(pairs)
     assert any(r.check is not None for r in judge.rules.list())
