@@ -313,10 +313,10 @@ class JudgeNodes:
                     f"{n} of the {evidence['seen_cases']} seen cases this judge scored "
                     f"{verdict.score}.)"
                 ).strip()
-        # Reported whether or not the model resisted: a graded output that talks to
-        # its grader is worth a human look either way.
         if state.get("check_outcomes"):
             metadata["checks"] = state["check_outcomes"]
+        # Reported whether or not the model resisted: a graded output that talks to
+        # its grader is worth a human look either way.
         addressed = grader_directed(self._case(state))
         if addressed:
             metadata["graded_text_addresses_grader"] = addressed
