@@ -41,7 +41,7 @@ Leave out a rule that no such question can check.
 Answer with a JSON object: {{"checks": [{{"rule_id": "<id>", "applies": "...", "broken": "...", "kept": "...", "exception": ""}}]}}"""
 
 # A candidate that needs no writing: the rule itself asked as one narrow question. Tested
-# like the written ones, after them; kept only if it agrees with the experts' cases.
+# first, like the written ones; kept only if it agrees with the experts' cases.
 RULE_QUESTION = "Does the reply follow this rule: {rule}?"
 
 ASK_SYSTEM = (
