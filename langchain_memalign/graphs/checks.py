@@ -216,11 +216,11 @@ def _merged(
     return answers, Usage.sum(u for _, u, _ in parts), errors
 
 
-def check_comment(rule_text: str, check: Check, outcome: CheckOutcome, *, who: str = "") -> str:
+def check_comment(rule_text: str, check: Check, answers: dict[str, bool], *, who: str = "") -> str:
     """Why a check decided a verdict: the rule, each question with its answer, its record."""
-    answers = "; ".join(f"{q} {'yes' if a else 'no'}" for q, a in outcome.answers.items())
+    asked = "; ".join(f"{q} {'yes' if a else 'no'}" for q, a in answers.items())
     record = f" Its check {check.test.describe()}." if check.test and check.test.counted else ""
     verdict = (
         f" Verdict: {format_value(check.consequence)}." if check.consequence is not None else ""
     )
-    return f"{who}Breaks the rule: {rule_text} ({answers}).{verdict}{record}".strip()
+    return f"{who}Breaks the rule: {rule_text} ({asked}).{verdict}{record}".strip()

@@ -383,7 +383,7 @@ class JudgeNodes:
             for gid in shown
             if gid in view.checks and view.checks[gid].covered_by not in asked
         ]
-        checks.sort(key=lambda rc: -(rc[1].test.agreement if rc[1].test else 0.0))
+        checks.sort(key=lambda rc: -rc[1].agreement)
         return checks[: opts.max_per_judgment]
 
     def _check_cases(self, state: JudgeState) -> list[dict[str, Any]]:
@@ -433,9 +433,10 @@ class JudgeNodes:
                 and view.checks[o["rule_id"]].consequence is not None
             ]
             if fired:
-                o, check = max(fired, key=lambda oc: oc[1].test.agreement if oc[1].test else 0.0)
-                outcome = CheckOutcome(o["rule_id"], True, o["answers"])
-                comment = check_comment(texts.get(o["rule_id"], check.rule_text), check, outcome)
+                o, check = max(fired, key=lambda oc: oc[1].agreement)
+                comment = check_comment(
+                    texts.get(o["rule_id"], check.rule_text), check, o["answers"]
+                )
                 decision = (check.consequence, comment, o["rule_id"])
         if decision is None:
             return None
@@ -531,9 +532,9 @@ def _pairwise_decision(
     rule_id = broke[loser][0]
     check = checks[rule_id]
     o = next(x for x in outcomes if x["rule_id"] == rule_id)
-    outcome = CheckOutcome(rule_id, True, o["answers"][loser])
     who = f"The {('first', 'second')[loser]} output breaks a rule the other keeps. "
-    comment = check_comment(texts.get(rule_id, check.rule_text), check, outcome, who=who)
+    answers = o["answers"][loser]
+    comment = check_comment(texts.get(rule_id, check.rule_text), check, answers, who=who)
     return ("B" if loser == 0 else "A"), comment, rule_id
 
 

@@ -164,7 +164,6 @@ class CheckLearner:
         self.memory = memory
         self.asker = asker
         self.writer_model = model
-        self._writers: dict[tuple[str, ...], StructuredCaller[Any]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -238,7 +237,13 @@ class CheckLearner:
 
         # 2. Each rule first asked as it is; the rules that question does not check get
         # questions written by the reflection model (one call for all of them) next.
-        consequences = self._consequences(to_write)
+        sources = mem.store.get_feedback({s for g in to_write for s in g.source_ids})
+        consequences = {
+            g.id: default_consequence(
+                scale, [sources[s].value for s in g.source_ids if s in sources]
+            )
+            for g in to_write
+        }
         fresh: dict[str, _Candidate] = {
             g.id: _Candidate(g, [_rule_question(g.text, consequences[g.id])])
             for g in to_write
@@ -255,7 +260,7 @@ class CheckLearner:
                 need = [c.rule for c in fresh.values() if c.kept is None and not c.written]
                 if not need:
                     break
-                written, cost, error = self._write(need, consequences, config)
+                written, cost, error = self._write(need, sources, consequences, config)
                 usage = usage + cost
                 errors += [error] if error else []
                 for g in need:
@@ -281,7 +286,7 @@ class CheckLearner:
                     )
                 )  # fmt: skip
 
-        # 4. Learned checks that add no verdict on the experts' cases are left out.
+        # 4. Learned checks that add no verdict on the experts' cases are marked covered.
         every = {**stored, **fresh}
         kept = {gid: c.kept for gid, c in every.items() if c.kept is not None}
         values = {fid: fb.value for fid, fb in cases.items()}
@@ -317,23 +322,15 @@ class CheckLearner:
 
     # -- writing ------------------------------------------------------------------------
 
-    def _consequences(self, rules: Sequence[Guideline]) -> dict[str, Any]:
-        """Each rule's consequence, read from its source cases (`default_consequence`)."""
-        sources = self.memory.store.get_feedback({s for g in rules for s in g.source_ids})
-        scale = self.memory.config.scale
-        return {
-            g.id: default_consequence(
-                scale, [sources[s].value for s in g.source_ids if s in sources]
-            )
-            for g in rules
-        }
-
     def _write(
-        self, rules: Sequence[Guideline], consequences: dict[str, Any], config: RunnableConfig
+        self,
+        rules: Sequence[Guideline],
+        sources: dict[str, Feedback],
+        consequences: dict[str, Any],
+        config: RunnableConfig,
     ) -> tuple[dict[str, list[list[Check]]], Usage, str | None]:
         """Written candidate checks for `rules`, from one call to the reflection model."""
         mem = self.memory
-        sources = mem.store.get_feedback({s for g in rules for s in g.source_ids})
         # Paraphrases (reflection often states one rule several times) share the first
         # one's questions: written once, and asked once per case through the cache.
         heads, copies = _paraphrases(rules, mem.guidelines, mem.guideline_vectors)
@@ -358,13 +355,11 @@ class CheckLearner:
         """Candidate checks for `wanted`, from one call to the reflection model."""
         mem = self.memory
         ids = tuple(g.id for g in wanted)
-        writer = self._writers.get(ids)
-        if writer is None:
-            writer = StructuredCaller(
-                self.writer_model, checks_schema(ids), what="check writing",
-                retries=mem.config.options.max_retries,
-            )  # fmt: skip
-            self._writers = {ids: writer}
+        # The schema names this call's rule ids: a caller of its own each time.
+        writer = StructuredCaller(
+            self.writer_model, checks_schema(ids), what="check writing",
+            retries=mem.config.options.max_retries,
+        )  # fmt: skip
         msgs = write_checks_messages(mem.config.instructions, wanted, sources)
         proposed: list[ProposedCheck] = []
         error = None
@@ -402,13 +397,16 @@ class CheckLearner:
         sources = {s for c in candidates.values() for s in c.rule.source_ids}
         first = {fid: fb for fid, fb in cases.items() if fid in sources}
         rest = {fid: fb for fid, fb in cases.items() if fid not in sources}
+        values = {fid: fb.value for fid, fb in cases.items()}
+        first_keys = [k for k, _ in self._keys(first)]
+        all_keys = [k for k, _ in self._keys(cases)]
         usage = self._ask(
             [(f"{gid}/{j}", v) for gid, c in candidates.items() for j, v in enumerate(c.groups[0])],
             first, cache, config,
         )  # fmt: skip
         viable: dict[str, list[Check]] = {}
         for gid, c in candidates.items():
-            tests = [(v, self._score(c, v, first, cache)) for v in c.groups[0]]
+            tests = [(v, self._score(c, v, first_keys, values, cache)) for v in c.groups[0]]
             good = [
                 v for v, t in tests if not first or passes(t, min_agreement, silent_somewhere=False)
             ]
@@ -426,7 +424,7 @@ class CheckLearner:
             c.tried += 1
             best: tuple[Check, CheckTest] | None = None
             for v in vs:
-                test = self._score(c, v, cases, cache)
+                test = self._score(c, v, all_keys, values, cache)
                 if best is None or _better(test, best[1]):
                     best = (v, test)
             c.last = best
@@ -477,13 +475,14 @@ class CheckLearner:
         self,
         c: _Candidate,
         variant: Check,
-        cases: dict[str, Feedback],
+        keys: list[str],
+        values: dict[str, Any],
         cache: dict[str, dict[str, bool]],
     ) -> CheckTest:
-        """`variant`'s test on `cases` from the cached answers."""
+        """`variant`'s test on the cases of `keys` (`_keys`) from the cached answers."""
         fired: dict[str, Fired] = {}
         answers: dict[str, dict[str, bool]] = {}
-        for key, _ in self._keys(cases):
+        for key in keys:
             fid, _, half = key.partition("#")
             got = cache.get(key, {})
             answers[key] = {q: a for q, a in got.items() if q in variant.questions()}
@@ -493,7 +492,6 @@ class CheckLearner:
                 fired[fid] = [*(prev if isinstance(prev, list) else []), f]
             else:
                 fired[fid] = f
-        values = {fid: fb.value for fid, fb in cases.items()}
         test = score_test(
             self.memory.config.scale, variant, fired, values, set(c.rule.source_ids),
             tried=c.tried + 1,
@@ -617,7 +615,7 @@ def _covered(
 
     def rank(gid: str) -> tuple[float, int]:
         test = kept[gid].test
-        return (-test.agreement, -test.caught) if test is not None else (0.0, 0)
+        return (-kept[gid].agreement, -(test.caught if test is not None else 0))
 
     accepted: list[str] = []
     out: dict[str, str] = {}

@@ -33,8 +33,7 @@ from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.calibration import META_KEY as CALIBRATION_KEY
 from langchain_memalign.memory.calibration import ScoreCalibration
 from langchain_memalign.memory.episodic import EpisodicIndex
-from langchain_memalign.memory.rulebook import META_KEY as RULEBOOK_KEY
-from langchain_memalign.memory.rulebook import Check, RulebookState
+from langchain_memalign.memory.rulebook import Check, load_rulebook
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.memory.store import INDEX_FILE
 
@@ -430,10 +429,7 @@ class PublishingMemory:
 
     def stored_checks(self) -> dict[str, Check]:
         """The guidelines' checks as stored now, by guideline id."""
-        raw = self.store.get_meta(RULEBOOK_KEY)
-        if not raw or not raw.get("checks"):
-            return {}
-        return RulebookState.model_validate(raw).checks
+        return load_rulebook(self.store).checks
 
     # -- publishing a version after a committed write ------------------------------------
 

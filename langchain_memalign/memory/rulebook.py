@@ -162,6 +162,11 @@ class Check(BaseModel):
         "cases: this check is not asked while that one is.",
     )
 
+    @property
+    def agreement(self) -> float:
+        """Its test's agreement with the experts' cases (0 while untested)."""
+        return self.test.agreement if self.test is not None else 0.0
+
     def questions(self) -> list[str]:
         """The questions, in the order they are asked."""
         return [q for q in (self.applies, self.broken, self.exception) if q]
