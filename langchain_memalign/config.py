@@ -235,11 +235,13 @@ class ChecksOptions(_Group):
         description="Most checks asked per judgment: those of the guidelines the judgment "
         "shows, best tested first.",
     )  # fmt: skip
-    show_checked_guidelines: bool = Field(
+    settle: bool = Field(
         default=True,
-        description="Also state the guidelines that have a check in the judge prompt of "
-        "a case no check fired on. False leaves them to their checks: the prompt states "
-        "only the guidelines without one.",
+        description="A check asked about a case that stays silent settles its rule for "
+        "that case: the holistic judgment then leaves out the rule's text and the past "
+        "cases its check caught, so the rule is not judged a second time from its prose "
+        "(docs/decisions.md#a-silent-check-settles-its-rule). False states every "
+        "guideline and shows every retrieved case.",
     )
     case_max_chars: int = Field(
         default=2000, ge=100, le=200_000,

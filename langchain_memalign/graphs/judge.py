@@ -315,6 +315,9 @@ class JudgeNodes:
                 ).strip()
         if state.get("check_outcomes"):
             metadata["checks"] = state["check_outcomes"]
+            settled = self._settled(state)
+            if settled:
+                metadata["settled"] = sorted(settled)
         # Reported whether or not the model resisted: a graded output that talks to
         # its grader is worth a human look either way.
         addressed = grader_directed(self._case(state))
@@ -455,13 +458,47 @@ class JudgeNodes:
             }
         }
 
-    def _prompt_guidelines(self, state: JudgeState) -> list[Guideline]:
-        """The guidelines the judge prompt states (`checks.show_checked_guidelines`)."""
-        guidelines = state.get("guidelines") or []
-        if self.memory.config.options.checks.show_checked_guidelines:
-            return guidelines
+    def _settled(self, state: JudgeState) -> set[str]:
+        """Rules a check asked about this case settled: it stayed silent on every output.
+
+        A covered rule is settled with the check that covers it. An answer that failed
+        settles nothing.
+        """
+        if not self.memory.config.options.checks.settle:
+            return set()
+        silent = {
+            o["rule_id"]
+            for o in state.get("check_outcomes") or []
+            if not o.get("error") and not any(_as_list(o["fired"]))
+        }
+        if not silent:
+            return silent
         view = self.memory.snapshot(state.get("memory_seq"))
-        return [g for g in guidelines if g.id not in view.checks]
+        return silent | {gid for gid, c in view.checks.items() if c.covered_by in silent}
+
+    def _working_memory(self, state: JudgeState) -> tuple[list[Guideline], list[Episode]]:
+        """The guidelines and past cases the holistic prompt shows (`checks.settle`).
+
+        A rule its check settled is not argued again: its text and the past cases its
+        check caught are left out.
+        """
+        guidelines = state.get("guidelines") or []
+        episodes = state.get("episodes") or []
+        settled = self._settled(state)
+        if not settled:
+            return guidelines, episodes
+        checks = self.memory.snapshot(state.get("memory_seq")).checks
+        caught = {
+            fid
+            for gid in settled
+            if (test := checks[gid].test) is not None
+            for fid, f in test.fired.items()
+            if any(_as_list(f))
+        }
+        return (
+            [g for g in guidelines if g.id not in settled],
+            [e for e in episodes if e.feedback_id not in caught],
+        )
 
     def judge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Grade the case with the working memory in the prompt, unless a check fired."""
@@ -471,10 +508,7 @@ class JudgeNodes:
         decided = self.decided_by_checks(state)
         if decided is not None:
             return decided
-        verdict = self.grade(
-            self._case(state), self._prompt_guidelines(state), state.get("episodes") or [],
-            config,
-        )  # fmt: skip
+        verdict = self.grade(self._case(state), *self._working_memory(state), config)
         return self._result(state, verdict)
 
     def judge_afresh(self, state: JudgeState, config: RunnableConfig) -> tuple[Any, Usage]:
@@ -496,11 +530,13 @@ class JudgeNodes:
         decided = self.decided_by_checks(state)
         if decided is not None:
             return decided
-        verdict = await self.agrade(
-            self._case(state), self._prompt_guidelines(state), state.get("episodes") or [],
-            config,
-        )  # fmt: skip
+        verdict = await self.agrade(self._case(state), *self._working_memory(state), config)
         return self._result(state, verdict)
+
+
+def _as_list(fired: bool | list[bool]) -> list[bool]:
+    """A check outcome's `fired`: one flag, or one per output of a pair."""
+    return fired if isinstance(fired, list) else [fired]
 
 
 def _outcomes_json(runs: list[list[CheckOutcome]]) -> list[dict[str, Any]]:

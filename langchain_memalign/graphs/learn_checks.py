@@ -27,6 +27,7 @@ read from its rule's source cases: the verdict the experts gave where it was bro
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -155,6 +156,8 @@ class _Candidate:
     kept: Check | None = None
     action: str = ""
     last: tuple[Check, CheckTest] | None = None
+    # Whether the checks already kept for other rules were tried on this one.
+    reused: bool = False
 
 
 class CheckLearner:
@@ -253,9 +256,18 @@ class CheckLearner:
             for c in fresh.values():
                 c.kept, c.tried, c.action = c.groups[0][0], 1, "written"
 
-        # 3. Candidates tested group by group until one separates the experts' cases.
+        # 3. One rule at a time, the best supported first: the checks kept so far are
+        # tried on it from the answers already given, then its own candidates, group by
+        # group, until one separates the experts' cases.
+        support = {
+            gid: sum(
+                1 for s in c.rule.source_ids
+                if s in sources and same_verdict(scale, sources[s].value, consequences[gid])
+            )
+            for gid, c in fresh.items()
+        }  # fmt: skip
         while True:
-            open_ = {gid: c for gid, c in fresh.items() if c.kept is None and c.groups}
+            open_ = [c for c in fresh.values() if c.kept is None and c.groups]
             if not open_:
                 need = [c.rule for c in fresh.values() if c.kept is None and not c.written]
                 if not need:
@@ -267,15 +279,28 @@ class CheckLearner:
                     fresh[g.id].written = True
                     fresh[g.id].groups += written.get(g.id, [])
                 continue
-            usage = usage + self._test_round(open_, cases, cache, config)
-            for c in open_.values():
-                c.groups.pop(0)
-                if c.last is None:
-                    continue
-                check, test = c.last
-                if passes(test, opts.min_agreement):
-                    c.kept = check.model_copy(update={"test": test})
-                    c.action = "written" if c.tried == 1 else "rephrased"
+            c = max(open_, key=lambda o: support[o.rule.id])
+            if not c.reused:
+                c.reused = True
+                kept_so_far = [
+                    o.kept for o in (*stored.values(), *fresh.values()) if o.kept is not None
+                ]
+                shared = _shared(kept_so_far, c.rule.text, consequences[c.rule.id])
+                if shared:
+                    usage = usage + self._test_round({c.rule.id: c}, cases, cache, config, shared)
+                    if c.last is not None and passes(c.last[1], opts.min_agreement):
+                        c.kept = c.last[0].model_copy(update={"test": c.last[1]})
+                        c.action = "written"
+                        continue
+                    c.tried = 0
+            usage = usage + self._test_round({c.rule.id: c}, cases, cache, config)
+            c.groups.pop(0)
+            if c.last is None:
+                continue
+            check, test = c.last
+            if passes(test, opts.min_agreement):
+                c.kept = check.model_copy(update={"test": test})
+                c.action = "written" if c.tried == 1 else "rephrased"
         for c in fresh.values():
             if c.kept is None and c.last is not None:
                 check, test = c.last
@@ -384,8 +409,9 @@ class CheckLearner:
         cases: dict[str, Feedback],
         cache: dict[str, dict[str, bool]],
         config: RunnableConfig,
+        group: list[Check] | None = None,
     ) -> Usage:
-        """Test each candidate's first group; keep its best variant and test in `last`.
+        """Test each candidate's first group (or `group`); keep the best variant and its test.
 
         In two stages: the rules' own source cases first, then, for the variants that
         separated those, the other cases. Only answers missing from `cache` are asked;
@@ -400,13 +426,14 @@ class CheckLearner:
         values = {fid: fb.value for fid, fb in cases.items()}
         first_keys = [k for k, _ in self._keys(first)]
         all_keys = [k for k, _ in self._keys(cases)]
+        tested = {gid: group or c.groups[0] for gid, c in candidates.items()}
         usage = self._ask(
-            [(f"{gid}/{j}", v) for gid, c in candidates.items() for j, v in enumerate(c.groups[0])],
+            [(f"{gid}/{j}", v) for gid, vs in tested.items() for j, v in enumerate(vs)],
             first, cache, config,
         )  # fmt: skip
         viable: dict[str, list[Check]] = {}
         for gid, c in candidates.items():
-            tests = [(v, self._score(c, v, first_keys, values, cache)) for v in c.groups[0]]
+            tests = [(v, self._score(c, v, first_keys, values, cache)) for v in tested[gid]]
             good = [
                 v for v, t in tests if not first or passes(t, min_agreement, silent_somewhere=False)
             ]
@@ -554,10 +581,15 @@ def _comparable(checks: dict[str, Check]) -> dict[str, Any]:
     return {gid: c.model_dump(exclude={"test": {"at"}}) for gid, c in checks.items()}
 
 
+# A lone placeholder letter of the writing prompt's schematic example ("Does the reply
+# do Y?"): small models copy the template instead of naming the rule's own things.
+_PLACEHOLDER = re.compile(r"(?<![\w-])[XY](?![\w-])")
+
+
 def _question(text: str) -> str | None:
-    """A written question, whitespace tidied; None if it is not a question."""
+    """A written question, whitespace tidied; None if not a question or a copied template."""
     text = " ".join(text.split())
-    return text if text.endswith("?") else None
+    return text if text.endswith("?") and not _PLACEHOLDER.search(text) else None
 
 
 def _phrasings(p: ProposedCheck, rule_text: str, consequence: Any) -> list[list[Check]]:
@@ -600,6 +632,18 @@ def _rule_question(rule_text: str, consequence: Any) -> list[Check]:
         Check(broken=question, broken_when=w, consequence=consequence, rule_text=rule_text)
         for w in (False, True)
     ]
+
+
+def _shared(kept: Sequence[Check], rule_text: str, consequence: Any) -> list[Check]:
+    """The checks kept for other rules, as candidates for another rule (distinct questions)."""
+    out: dict[tuple[Any, ...], Check] = {}
+    for k in kept:
+        key = (k.applies, k.broken, k.broken_when, k.exception)
+        out.setdefault(
+            key, k.model_copy(update={"rule_text": rule_text, "consequence": consequence,
+                                      "test": None, "covered_by": None, "author": None})
+        )  # fmt: skip
+    return list(out.values())
 
 
 def _better(a: CheckTest, b: CheckTest) -> bool:
