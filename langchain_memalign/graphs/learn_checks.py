@@ -10,13 +10,17 @@ The last step of every align and unalign that changed the memory. For each guide
    the rules that question does not check get questions written by the reflection
    model from the rule and its source rationales, all in one call (applies, broken,
    kept, exception); paraphrased rules share one rule's questions;
-3. each candidate is asked about the rule's source cases, then, if it separates those,
+3. the rules go one at a time, those with the most source cases the check's consequence
+   describes first; each first tries the checks already kept for other rules (from the
+   answers already given: reflection often states one rule several times), then its own
+   candidates;
+4. each candidate is asked about the rule's source cases, then, if it separates those,
    about the others (at most `options.checks.test_cases`), in the form the judge will
    ask it, and scored against the experts' verdicts (`CheckTest`); both polarities of
    each question, with and without its `applies` question, are scored from the same
    answers. The first candidate that reaches `options.checks.min_agreement` and catches
    a case is kept; a rule none of whose candidates does keeps no check;
-4. a learned check that catches no case another kept check does not catch is kept but
+5. a learned check that catches no case another kept check does not catch is kept but
    marked `covered_by` that check, and not asked while it is: it would cost calls at
    every judgment and change no verdict on the experts' cases.
 

@@ -121,6 +121,68 @@ def test_a_fired_check_skips_the_holistic_judgment(
     assert roles(responder, "judge") == before + 1
 
 
+@pytest.mark.parametrize("settle", [True, False])
+def test_a_silent_check_settles_its_rule_for_the_holistic_judgment(
+    make_judge: Any, responder: RoleResponder, settle: bool
+) -> None:
+    seen: list[str] = []
+
+    def records(case: str, memory: str) -> dict[str, Any]:
+        seen.append(memory)
+        return passes_all(case, memory)
+
+    responder.judge_rule = records
+    judge = make_judge(options={"checks": {**ON, "settle": settle}})
+    judge.align(TRAIN)
+    rule = next(r for r in judge.rules.list() if r.check is not None and not r.check.covered_by)
+    out = judge.invoke(NEW_WARM)
+    assert out["metadata"]["checks"][0]["fired"] is False
+    caught = {fid for fid, f in rule.check.test.fired.items() if f}
+    assert caught == {"a", "b"}
+    memory = seen[-1]
+    if settle:
+        # Neither the rule's text nor the cases its check caught; the others stay.
+        assert out["metadata"]["settled"] == sorted(
+            r.id for r in judge.rules.list() if r.check is not None
+        )
+        assert rule.text not in memory
+        assert "Refunds take 5 days." not in memory and "It ships soon." not in memory
+        assert "So sorry! Reinstall it." in memory
+        assert set(out["metadata"]["episode_ids"]) >= caught  # retrieved all the same
+    else:
+        assert "settled" not in out["metadata"]
+        assert rule.text in memory and "Refunds take 5 days." in memory
+
+
+def test_a_rule_tries_the_checks_already_kept_before_its_own(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    judge = make_judge(options={"checks": ON})
+    judge.align(TRAIN[:2] + TRAIN[2:3])
+    first = {r.id for r in judge.rules.list() if r.check is not None}
+    assert first
+    asked = roles(responder, "ask_check")
+    written = roles(responder, "write_checks")
+    # A paraphrase of the rule, taught by a new case: the kept check already separates
+    # its cases, so it is shared (and covered) without a question of its own.
+    report = judge.align([fb("e", "I'm angry, refund?", "Refunds take 5 days.", False,
+                             "Apologise to an angry customer before anything else.")])
+    new = [c for c in report.checks if c.rule_id not in first]
+    assert [(c.action, c.tried) for c in new] == [("covered", 1)]
+    assert roles(responder, "write_checks") == written
+    # Only the new case was asked about, for the kept check's questions.
+    assert roles(responder, "ask_check") - asked <= 2
+
+
+def test_written_questions_that_copy_the_template_are_left_out() -> None:
+    from langchain_memalign.graphs.learn_checks import _question
+
+    assert _question("Does the reply do Y?") is None
+    assert _question("Is X the case in the user message?") is None
+    assert _question("Does the reply mention X-rays?") == "Does the reply mention X-rays?"
+    assert _question("The reply says sorry.") is None
+
+
 def test_the_polarity_that_agrees_with_the_experts_is_kept(
     make_judge: Any, responder: RoleResponder
 ) -> None:
