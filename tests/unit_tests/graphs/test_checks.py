@@ -165,8 +165,17 @@ def test_a_rule_tries_the_checks_already_kept_before_its_own(
     written = roles(responder, "write_checks")
     # A paraphrase of the rule, taught by a new case: the kept check already separates
     # its cases, so it is shared (and covered) without a question of its own.
-    report = judge.align([fb("e", "I'm angry, refund?", "Refunds take 5 days.", False,
-                             "Apologise to an angry customer before anything else.")])
+    report = judge.align(
+        [
+            fb(
+                "e",
+                "I'm angry, refund?",
+                "Refunds take 5 days.",
+                False,
+                "Apologise to an angry customer before anything else.",
+            )
+        ]
+    )
     new = [c for c in report.checks if c.rule_id not in first]
     assert [(c.action, c.tried) for c in new] == [("covered", 1)]
     assert roles(responder, "write_checks") == written
