@@ -162,6 +162,51 @@ class MemoryFormatError(MemAlignError):
     raised when an existing folder holds another judge (different name, scale
     or embedded text). A damaged `episodes.faiss` cache never raises: it is
     rebuilt from the stored vectors.
+
+    A memory that is merely busy (`MemoryBusyError`), on a full disk
+    (`MemoryFullError`) or read-only (`MemoryReadOnlyError`) raises those
+    errors instead: they say nothing of the memory's content.
+    """
+
+
+class MemoryBusyError(MemAlignError, TimeoutError):
+    """Another connection was writing the memory and kept it past the wait.
+
+    A memory folder has one writer at a time: while another process (or
+    another judge object, or `sqlite3` in a terminal) holds its write
+    transaction, a write waits for it (SQLite's busy timeout, 5 s) and then
+    raises this error, as does a read that meets the other writer's commit
+    for that long. On a `postgresql://` memory it is a statement that waited
+    longer than the role's `lock_timeout`. The memory is not damaged and the
+    failed call changed nothing: retry it once the other writer is done.
+    Also a `TimeoutError`, so generic retry code handles it.
+    """
+
+
+class MemoryFullError(MemAlignError, OSError):
+    """The disk holding the memory is full: the memory could not be written.
+
+    Raised by any write (`align`, `unalign`, rulebook actions, opening a new
+    memory) and by `save`, for SQLite's "database or disk is full", a
+    temporary file or index cache that cannot be written for want of space
+    (`errno` is then the system's, `ENOSPC`), or PostgreSQL's `disk_full`.
+    The failed write was rolled back and a failed `save` leaves its target
+    folder as it was: nothing changed. Also an `OSError`, which `save`
+    raised for a full disk before this error existed.
+    """
+
+
+class MemoryReadOnlyError(MemAlignError, OSError):
+    """The memory cannot be written: its file, folder or volume is read-only.
+
+    A judge shipped on a read-only volume, or in a folder its process may not
+    write, opens and judges; a write (`align`, `unalign`, rulebook actions,
+    the constructor when it must store a changed configuration, `save` into
+    such a folder) raises this error instead, and changes nothing. `close`
+    does not raise it: the index cache it writes is only a cache. On a
+    `postgresql://` memory it is a read-only transaction (a standby server,
+    or `default_transaction_read_only`). Also an `OSError` (`errno` is the
+    system's when a file operation was refused).
     """
 
 

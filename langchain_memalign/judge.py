@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from langchain_memalign.config import JudgeConfig, JudgeOptions
 from langchain_memalign.errors import (
     InvalidFeedbackError,
     InvalidFeedbackIdError,
+    MemoryReadOnlyError,
     UnknownFeedbackError,
 )
 from langchain_memalign.feedback import Feedback, check_nul, id_problem
@@ -614,7 +616,9 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
         `path` may be a `postgresql://` URL (returned as given): the judge named
         there becomes a copy of this memory, in one transaction. Copies work in
-        both directions between folders and databases.
+        both directions between folders and databases. A folder that cannot be
+        written raises `MemoryReadOnlyError`, a full disk `MemoryFullError` (both
+        `OSError`s); the previous folder is left whole.
         """
         self.memory.save(path)
         return str(path) if is_postgres_url(path) else Path(path)
@@ -623,10 +627,17 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         """Close the memory's database (writing the index cache for a folder memory).
 
         A database memory closes its connection pool; its index is never written.
+        A folder that cannot be written (a judge shipped on a read-only volume)
+        keeps the cache it has: the cache only saves rebuilding the index on the
+        next open. The database is closed even if writing the cache fails (a
+        full disk raises `MemoryFullError` once it is closed).
         """
-        if self.memory.store.folder is not None:
-            self.memory.save(self.memory.store.folder)
-        self.memory.store.close()
+        try:
+            if self.memory.store.folder is not None:
+                with contextlib.suppress(MemoryReadOnlyError):
+                    self.memory.save(self.memory.store.folder)
+        finally:
+            self.memory.store.close()
 
     def __enter__(self) -> MemAlignJudge:
         return self

@@ -31,8 +31,11 @@ from typing import Any
 from langchain_memalign._redact import redact_logs
 from langchain_memalign.errors import (
     MemAlignError,
+    MemoryBusyError,
     MemoryFormatError,
+    MemoryFullError,
     MemoryPermissionError,
+    MemoryReadOnlyError,
     MemoryUnavailableError,
 )
 from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
@@ -311,8 +314,10 @@ class PostgresBase(Store):
 
         Only connection failures are translated (no SQLSTATE: the client lost the
         socket or the pool timed out; class 08: connection exception; 57P: the
-        server shut down or ended the session). Errors of the SQL itself keep
-        their own handling.
+        server shut down or ended the session), and the server's refusals that are
+        the same as a folder's: a missing privilege, a read-only transaction
+        (25006), a full disk (53100), a lock not granted within `lock_timeout`
+        (55P03). Errors of the SQL itself keep their own handling.
         """
         role = None
         try:
@@ -325,6 +330,21 @@ class PostgresBase(Store):
             raise MemoryPermissionError(
                 f"{self._where()}: PostgreSQL refused role {role!r} "
                 f"({self.target.redact(str(e).strip())}); {PRIVILEGES_HINT}"
+            ) from safe_cause(e, self.target)
+        except (
+            self._psycopg.errors.ReadOnlySqlTransaction,
+            self._psycopg.errors.DiskFull,
+            self._psycopg.errors.LockNotAvailable,
+        ) as e:
+            # The memory is intact and the failed statement rolled back, as on a folder.
+            kind, why = {
+                "25006": (MemoryReadOnlyError, "cannot write the memory: it is read-only"),
+                "53100": (MemoryFullError, "cannot write the memory: the disk is full"),
+                "55P03": (MemoryBusyError, "the memory is busy: a lock was not granted in time"),
+            }[e.sqlstate]
+            raise kind(
+                f"{self._where()}: {why} ({self.target.redact(str(e).strip())}); "
+                "nothing was changed"
             ) from safe_cause(e, self.target)
         except self._psycopg.OperationalError as e:
             state = getattr(e, "sqlstate", None)

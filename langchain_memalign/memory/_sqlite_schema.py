@@ -7,8 +7,9 @@ table keeps text `unalign` removed), a view or an index expression runs when
 read, and a CHECK or DEFAULT expression runs on every write. So before
 anything else touches the file, its schema is read from `sqlite_master` and
 compared with the one this package writes: the same tables with the same
-definitions, the same indexes, SQLite's own bookkeeping entries, and nothing
-else. Any other entry (a trigger, a view, an extra table or index, a changed
+definitions, the same indexes, SQLite's own bookkeeping entries (those of
+our tables, and the statistics tables `ANALYZE` or `PRAGMA optimize` adds),
+and nothing else. Any other entry (a trigger, a view, an extra table or index, a changed
 table) refuses the file with `MemoryFormatError` naming what was found; none
 of it has run, and the file is unchanged. `trusted_schema` is off on every
 connection as well, so that SQLite itself refuses to run functions with side
@@ -46,6 +47,20 @@ _OPTIONAL = frozenset({("index", "feedback_pending")})
 _SHOWN = 5
 
 Entry = tuple[str, str, str, str | None]  # (type, name, table, normalized SQL)
+
+# The statistics tables `ANALYZE` (and `PRAGMA optimize`) adds, as SQLite defines them
+# (analyze.c; stat2 and stat3 by older versions, stat4 by builds with SQLITE_ENABLE_STAT4).
+# Routine maintenance of a memory: SQLite reads their rows to plan queries and runs none
+# of them, and a definition with anything else in it (a CHECK, a DEFAULT) is refused.
+_STATISTICS: frozenset[Entry] = frozenset(
+    ("table", name, name, f"CREATE TABLE {name}({columns})")
+    for name, columns in (
+        ("sqlite_stat1", "tbl,idx,stat"),
+        ("sqlite_stat2", "tbl,idx,sampleno,sample"),
+        ("sqlite_stat3", "tbl,idx,neq,nlt,ndlt,sample"),
+        ("sqlite_stat4", "tbl,idx,neq,nlt,ndlt,sample"),
+    )
+)
 
 
 def refuse_links(db: Path) -> None:
@@ -129,7 +144,7 @@ def check_schema(
     """
     ours = expected_entries(schema)
     found = _entries(conn)
-    by_key = {entry[:2]: entry for entry in ours}
+    by_key = {entry[:2]: entry for entry in ours | _STATISTICS}
     foreign: list[str] = []
     for entry in found:
         expected = by_key.get(entry[:2])

@@ -2,8 +2,9 @@
 
 `StoreBase` is the part of the SQLite `MemoryStore` every table depends on:
 the SQL schema and the columns this version reads, the connection with its
-lock, the translation of errors from stored bytes into `MemoryFormatError`,
-the meta table (format version, memory id, version number) and the
+lock, the translation of SQLite's errors (a damaged file into
+`MemoryFormatError`; a busy, full or read-only one into the errors that say
+so), the meta table (format version, memory id, version number) and the
 transactions that give each commit a new version and keep the before-images
 older readers need. The module also holds the file names of a memory
 folder, the cleanup of leftovers of interrupted writes and the small
@@ -14,6 +15,7 @@ for both backends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -25,7 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from langchain_memalign.errors import MemoryFormatError
+from langchain_memalign.errors import (
+    MemAlignError,
+    MemoryBusyError,
+    MemoryFormatError,
+    MemoryFullError,
+    MemoryReadOnlyError,
+)
 
 # `_now` and `encode_feedback` are re-exported: code elsewhere imports them from here.
 from langchain_memalign.memory._codec import _now as _now
@@ -104,6 +112,68 @@ _SCHEMA += _PREQUENTIAL_TABLE + ";\n"
 ADDED_IN_V2 = frozenset({("table", "prequential")})
 
 
+def storage_refusal(e: BaseException, where: str) -> MemAlignError | None:
+    """The error for a SQLite failure that says nothing of the file's content, else None.
+
+    SQLite names why a call failed in its result code: another connection held
+    the write lock past the busy timeout (BUSY), the disk or the file's page
+    limit is full (FULL), the file, its folder or its volume cannot be written
+    (READONLY). The message (`database is locked`, ...) is SQLite's and may be
+    translated; the code is not. Extended codes (`SQLITE_READONLY_DIRECTORY`)
+    keep their primary code in the low byte.
+    """
+    code = getattr(e, "sqlite_errorcode", None)
+    if not isinstance(e, sqlite3.Error) or not isinstance(code, int):
+        return None
+    primary = code & 0xFF
+    if primary == sqlite3.SQLITE_BUSY:
+        return MemoryBusyError(
+            f"{where}: the memory is busy: another connection is writing it and did not "
+            f"finish within SQLite's busy timeout ({e}); nothing was changed, try again"
+        )
+    if primary == sqlite3.SQLITE_FULL:
+        return MemoryFullError(
+            f"{where}: cannot write the memory: the disk is full ({e}); nothing was changed"
+        )
+    if primary == sqlite3.SQLITE_READONLY:
+        return MemoryReadOnlyError(
+            f"{where}: cannot write the memory: it is read-only (its file, its folder or "
+            f"the volume) ({e}); nothing was changed"
+        )
+    return None
+
+
+def sqlite_error(e: BaseException, where: str, message: str) -> MemAlignError:
+    """`storage_refusal(e, where)` if it is one, else `MemoryFormatError(message)`."""
+    return storage_refusal(e, where) or MemoryFormatError(message)
+
+
+# What a file operation in a memory folder fails with when the folder cannot be
+# written (EACCES: no permission; EPERM: an immutable file) or the disk is full.
+_READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def os_error(e: OSError, where: str) -> OSError:
+    """`e` as `MemoryReadOnlyError` or `MemoryFullError` if it is one, else `e` itself.
+
+    The new error keeps `e.errno`, for code that inspected the `OSError` a
+    `save` raised before these errors existed.
+    """
+    if isinstance(e, MemAlignError):
+        return e
+    error: OSError
+    if e.errno in _READ_ONLY_ERRNOS:
+        error = MemoryReadOnlyError(f"{where}: cannot write the folder: it is read-only ({e})")
+    elif e.errno in _FULL_ERRNOS:
+        error = MemoryFullError(f"{where}: cannot write the folder: the disk is full ({e})")
+    else:
+        return e
+    # `errno` alone (no `strerror`) leaves the message as it is.
+    error.errno = e.errno
+    return error
+
+
 def remove_leftovers(folder: Path) -> list[str]:
     """Delete the temporary files (or folders) of atomic writes that a crash left behind.
 
@@ -150,7 +220,8 @@ class StoreBase(Store):
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA secure_delete=ON")
         except (sqlite3.DatabaseError, ValueError) as e:
-            raise MemoryFormatError(f"{self._where()}: cannot open MemAlign memory ({e})") from e
+            where = self._where()
+            raise sqlite_error(e, where, f"{where}: cannot open MemAlign memory ({e})") from e
 
     def _where(self) -> str:
         return str(self.folder) if self.folder is not None else "in-process memory"
@@ -184,7 +255,11 @@ class StoreBase(Store):
 
     @contextmanager
     def _reading(self, what: str) -> Iterator[None]:
-        """Turn errors from stored bytes (SQLite, JSON, pydantic) into `MemoryFormatError`."""
+        """Turn errors from stored bytes (SQLite, JSON, pydantic) into `MemoryFormatError`.
+
+        A read that waited too long for another connection's commit is
+        `MemoryBusyError` (`storage_refusal`), not a corrupt memory.
+        """
         try:
             yield
         except MemoryFormatError:
@@ -195,9 +270,11 @@ class StoreBase(Store):
             sqlite3.DatabaseError, ValueError, TypeError, KeyError, IndexError, OverflowError,
             RecursionError,
         ) as e:  # fmt: skip
-            raise MemoryFormatError(
+            raise sqlite_error(
+                e,
+                self._where(),
                 f"{self._where()}: corrupt MemAlign memory: cannot read {what} "
-                f"({type(e).__name__}: {e})"
+                f"({type(e).__name__}: {e})",
             ) from e
 
     # -- meta --------------------------------------------------------------------
@@ -211,11 +288,17 @@ class StoreBase(Store):
     def set_meta(self, key: str, value: Any) -> None:
         """Set a JSON value in the meta table (inside or outside a transaction)."""
         with self.lock:
-            self._conn.execute(
-                "INSERT INTO meta(key, value) VALUES(?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                (key, json.dumps(value, allow_nan=False)),
-            )
+            try:
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES(?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (key, json.dumps(value, allow_nan=False)),
+                )
+            except sqlite3.ProgrammingError:  # a closed store: a usage error
+                raise
+            except sqlite3.DatabaseError as e:
+                where = self._where()
+                raise sqlite_error(e, where, f"{where}: cannot write meta.{key} ({e})") from e
 
     def change_seq(self) -> int:
         """The number of committed changes (the memory's version number)."""
@@ -247,7 +330,8 @@ class StoreBase(Store):
             except sqlite3.ProgrammingError:
                 raise
             except (sqlite3.DatabaseError, ValueError) as e:
-                raise MemoryFormatError(f"{self._where()}: cannot write the memory ({e})") from e
+                where = self._where()
+                raise sqlite_error(e, where, f"{where}: cannot write the memory ({e})") from e
             self._tx_before = {}
             try:
                 yield self._conn
@@ -269,8 +353,9 @@ class StoreBase(Store):
                 if isinstance(e, sqlite3.DatabaseError | UnicodeDecodeError) and not isinstance(
                     e, sqlite3.ProgrammingError
                 ):
-                    raise MemoryFormatError(
-                        f"{self._where()}: cannot write the memory ({e}); nothing was changed"
+                    where = self._where()
+                    raise sqlite_error(
+                        e, where, f"{where}: cannot write the memory ({e}); nothing was changed"
                     ) from e
                 raise
             before, self._tx_before = self._tx_before, None
@@ -306,9 +391,8 @@ class StoreBase(Store):
                 except sqlite3.ProgrammingError:
                     raise
                 except (sqlite3.DatabaseError, ValueError) as e:
-                    raise MemoryFormatError(
-                        f"{self._where()}: cannot write the memory ({e})"
-                    ) from e
+                    where = self._where()
+                    raise sqlite_error(e, where, f"{where}: cannot write the memory ({e})") from e
                 self._atomic_depth = 1
                 outer = True
                 start = self.change_seq()
@@ -330,8 +414,9 @@ class StoreBase(Store):
                 self._roll_back_unit(start)
                 if isinstance(e, sqlite3.ProgrammingError):
                     raise
-                raise MemoryFormatError(
-                    f"{self._where()}: cannot write the memory ({e}); nothing was changed"
+                where = self._where()
+                raise sqlite_error(
+                    e, where, f"{where}: cannot write the memory ({e}); nothing was changed"
                 ) from e
 
     def _roll_back_unit(self, start: int) -> None:
@@ -389,7 +474,7 @@ def _connect(db: Path | str) -> sqlite3.Connection:
         conn.execute("PRAGMA trusted_schema=OFF")
         conn.execute("PRAGMA synchronous=FULL")
     except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: undecodable schema text
-        raise MemoryFormatError(f"{db}: cannot open MemAlign memory ({e})") from e
+        raise sqlite_error(e, str(db), f"{db}: cannot open MemAlign memory ({e})") from e
     return conn
 
 

@@ -41,6 +41,7 @@ from langchain_memalign.memory._config_checks import check_config_bounds as chec
 from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory._integration_state import _CORE_META
 from langchain_memalign.memory._integration_state import IntegrationState as IntegrationState
+from langchain_memalign.memory._store_base import os_error
 from langchain_memalign.memory._views import MemoryView as MemoryView
 from langchain_memalign.memory._views import PublishingMemory
 from langchain_memalign.memory._writes import MemoryWrite as MemoryWrite
@@ -96,7 +97,10 @@ class JudgeMemory(PublishingMemory):
             else:
                 where = store.describe()
                 _check_identity(_stored_config(stored, where), config, where)
-                store.set_meta("config", config.model_dump(mode="json"))
+                # Only a changed configuration is written: a read-only memory opens
+                # with the one it stores.
+                if stored != config.model_dump(mode="json"):
+                    store.set_meta("config", config.model_dump(mode="json"))
             memory = cls(store, embeddings, config)
             memory._check_embeddings()
             memory.reload()
@@ -147,11 +151,23 @@ class JudgeMemory(PublishingMemory):
         copy of this memory, in one transaction. A database memory saved to a
         folder writes a SQLite memory there. Saving a memory to itself only
         refreshes a folder's index cache.
+
+        A folder that cannot be written raises `MemoryReadOnlyError`, a full disk
+        `MemoryFullError` (both `OSError`s); the previous folder is left whole.
         """
         if is_postgres_url(folder):
             self._save_to_database(str(folder))
             return
         target = Path(folder)
+        try:
+            self._save_to_folder(target)
+        except OSError as e:
+            error = os_error(e, str(target))
+            if error is e:
+                raise
+            raise error from e
+
+    def _save_to_folder(self, target: Path) -> None:
         with self.write_lock:
             if not self.store.is_at(target):
                 self.store.backup_to(target)

@@ -28,7 +28,13 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from langchain_memalign.errors import MemoryFormatError
+from langchain_memalign.errors import (
+    MemAlignError,
+    MemoryBusyError,
+    MemoryFormatError,
+    MemoryFullError,
+    MemoryReadOnlyError,
+)
 from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory._sqlite_schema import check_schema, refuse_links
 from langchain_memalign.memory._store_base import (
@@ -43,6 +49,8 @@ from langchain_memalign.memory._store_base import (
     _connect,
     encode_feedback,
     remove_leftovers,
+    sqlite_error,
+    storage_refusal,
 )
 from langchain_memalign.memory._store_feedback import FeedbackTables
 from langchain_memalign.memory._store_guidelines import GuidelineTables
@@ -84,17 +92,26 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
         try:
             with store.lock:
                 store._check_schema(partial=True)
-                store._conn.executescript(_SCHEMA)
-                if store.get_meta("schema_version") is None:
-                    store.set_meta("schema_version", SCHEMA_VERSION)
-                if store.get_meta("memory_id") is None:
-                    store.set_meta("memory_id", uuid.uuid4().hex)
-        except MemoryFormatError:
+                # One transaction (`BEGIN` in the script: `executescript` commits an open
+                # one first): a disk that fills up midway leaves no half-made memory.
+                # Deferred: a complete memory needs no write, so no wait for a writer.
+                try:
+                    store._conn.executescript("BEGIN;" + _SCHEMA)
+                    if store.get_meta("schema_version") is None:
+                        store.set_meta("schema_version", SCHEMA_VERSION)
+                    if store.get_meta("memory_id") is None:
+                        store.set_meta("memory_id", uuid.uuid4().hex)
+                    store._conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):  # SQLite may have ended it
+                        store._conn.execute("ROLLBACK")
+                    raise
+        except MemAlignError:
             store.close()
             raise
         except (sqlite3.DatabaseError, ValueError) as e:
             store.close()
-            raise MemoryFormatError(f"{folder}: not a MemAlign memory ({e})") from e
+            raise sqlite_error(e, str(folder), f"{folder}: not a MemAlign memory ({e})") from e
         store._check_format()
         return store
 
@@ -115,7 +132,8 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
         store = cls(_connect(db), path)
         store._check_format()
         if store.get_meta("memory_id") is None:  # written before memory ids existed
-            with contextlib.suppress(sqlite3.Error):  # a read-only folder keeps working
+            # A read-only (or busy) folder keeps working without one.
+            with contextlib.suppress(MemoryBusyError, MemoryFullError, MemoryReadOnlyError):
                 store.set_meta("memory_id", uuid.uuid4().hex)
         return store
 
@@ -128,7 +146,8 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
             raise
         except (sqlite3.DatabaseError, ValueError) as e:
             self.close()
-            raise MemoryFormatError(f"{self._where()}: corrupt MemAlign memory ({e})") from e
+            where = self._where()
+            raise sqlite_error(e, where, f"{where}: corrupt MemAlign memory ({e})") from e
 
     def _check_format(self) -> None:
         self._check_schema(partial=False)
@@ -137,10 +156,11 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
                 self._conn.execute("SELECT count(*) FROM feedback").fetchone()
         except (sqlite3.DatabaseError, ValueError) as e:
             self.close()
-            raise MemoryFormatError(f"{self.folder}: corrupt MemAlign memory ({e})") from e
+            where = self._where()
+            raise sqlite_error(e, where, f"{where}: corrupt MemAlign memory ({e})") from e
         try:
             version = self.get_meta("schema_version")
-        except MemoryFormatError:
+        except MemAlignError:  # corrupt, or busy: the store is not handed out either way
             self.close()
             raise
         if type(version) is int and version == 1:
@@ -180,7 +200,12 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
                 self._conn.execute(_PREQUENTIAL_TABLE)
                 self.set_meta("schema_version", SCHEMA_VERSION)
                 self._conn.execute("COMMIT")
-            except sqlite3.OperationalError:
+            except (
+                sqlite3.OperationalError,
+                MemoryBusyError,
+                MemoryFullError,
+                MemoryReadOnlyError,
+            ):
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
                 self.series_missing = True
@@ -239,6 +264,13 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
             fsync(tmp)
             os.replace(tmp, folder / DB_FILE)
             fsync_dir(folder)
+        except sqlite3.Error as e:
+            Path(tmp).unlink(missing_ok=True)
+            # A full disk is said so; any other failure of the copy stays SQLite's own.
+            refusal = storage_refusal(e, str(folder))
+            if refusal is None:
+                raise
+            raise refusal from e
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -23,8 +23,10 @@ from fakes import HashEmbeddings
 from langchain_memalign import (
     InvalidFeedbackError,
     MemAlignJudge,
+    MemoryBusyError,
     MemoryFormatError,
     MemoryPermissionError,
+    MemoryReadOnlyError,
     MemoryUnavailableError,
 )
 from langchain_memalign.memory.location import PostgresTarget
@@ -357,6 +359,46 @@ def test_a_role_that_may_not_create_the_schema_or_tables(
     with pytest.raises(MemoryPermissionError, match="permission denied for schema locked"):
         make_judge(path=judge_url(url, schema="locked"))
     assert not sql(db, "SELECT 1 FROM pg_tables WHERE tablename='memalign_judges'")
+
+
+# -- a read-only database, a lock not granted in time: the errors a folder gives -----------
+
+
+def test_a_read_only_database_judges_and_refuses_writes_as_read_only(
+    make_judge: Any, model: Any, db: str
+) -> None:
+    url = judge_url(db, "helpfulness")
+    judge = make_judge(path=url, k=2)
+    judge.align([SWEATER, HOURS])
+    expected = judge.invoke(CASE)
+    judge.close()
+    # What a standby server, or a database an administrator made read-only, does.
+    sql(db, f"ALTER DATABASE {db.rsplit('/', 1)[1]} SET default_transaction_read_only = on")
+    loaded = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert loaded.invoke(CASE) == expected
+    for write in (lambda: loaded.align([RUDE]), lambda: loaded.unalign(["hours"])):
+        with pytest.raises(MemoryReadOnlyError, match="read-only") as err:
+            write()
+        assert isinstance(err.value, OSError) and not isinstance(err.value, MemoryFormatError)
+        assert isinstance(err.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+    loaded.close()
+    assert sql(db, "SELECT count(*) FROM memalign_feedback") == [(2,)]
+
+
+def test_a_lock_not_granted_within_lock_timeout_is_memory_busy(make_judge: Any, db: str) -> None:
+    url = judge_url(db, "helpfulness", options="-clock_timeout%3D200")
+    judge = make_judge(path=url, k=2)
+    judge.align([SWEATER])
+    with psycopg.connect(db) as other:  # another writer's transaction holds the judge's row
+        other.execute("SELECT 1 FROM memalign_judges WHERE name='helpfulness' FOR UPDATE")
+        with pytest.raises(MemoryBusyError, match="busy") as err:
+            judge.align([HOURS])
+        assert isinstance(err.value, TimeoutError) and not isinstance(err.value, MemoryFormatError)
+        other.rollback()
+    assert judge.memory.store.feedback_ids() == ["sweater"]
+    judge.align([HOURS])  # the other writer is done: the retry goes through
+    assert sorted(judge.memory.store.feedback_ids()) == ["hours", "sweater"]
+    judge.close()
 
 
 # -- isolation: one database, a schema and a role per team ---------------------------------

@@ -42,6 +42,13 @@ CRAFTED = {
         "guideline_ids TEXT NOT NULL)",
         "table 'history' defined otherwise",
     ),
+    # SQLite's statistics table is accepted as SQLite defines it, and no other way.
+    "changed_statistics": (
+        "ANALYZE; PRAGMA writable_schema=ON; UPDATE sqlite_master SET sql = "
+        "'CREATE TABLE sqlite_stat1(tbl,idx,stat CHECK (abs(1) = 1))' "
+        "WHERE name = 'sqlite_stat1'",
+        "table 'sqlite_stat1' defined otherwise",
+    ),
 }
 
 
@@ -92,6 +99,26 @@ def test_a_folder_with_sql_of_its_own_is_refused_and_left_unchanged(
         assert named in str(error) and "refused without running any of it" in str(error)
     assert _sha(saved / DB_FILE) == before
     assert not any(p.name.endswith("-journal") for p in saved.iterdir())
+
+
+def test_an_analyzed_folder_opens_every_way_and_keeps_working(
+    saved: Path, model: Any, make_judge: Any
+) -> None:
+    # `ANALYZE` (or `PRAGMA optimize`) in `sqlite3 memory.sqlite` is routine maintenance:
+    # the statistics table it adds is SQLite's own bookkeeping.
+    with sqlite3.connect(saved / DB_FILE) as conn:
+        conn.execute("ANALYZE")
+        assert conn.execute("SELECT count(*) FROM sqlite_stat1").fetchone()[0] > 0
+    MemoryStore.open(saved).close()
+    MemoryStore.create(saved).close()
+    make_judge(path=saved).close()
+    judge = MemAlignJudge.load(saved, model=model, embeddings=HashEmbeddings())
+    assert judge.invoke(CASE) is not None
+    judge.unalign(["rude"])
+    judge.close()
+    again = MemAlignJudge.load(saved, model=model, embeddings=HashEmbeddings())
+    assert sorted(again.memory.store.feedback_ids()) == ["hours", "sweater"]
+    again.close()
 
 
 def test_the_trigger_would_have_kept_unaligned_text(saved: Path, model: Any) -> None:

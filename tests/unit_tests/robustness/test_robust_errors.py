@@ -12,7 +12,7 @@ from langchain_memalign import errors
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "errors.md"
 # Not the package's own, and named on the page as such.
 FOREIGN = {"ValidationError", "OutputParserException", "TypeError", "ValueError", "KeyError",
-           "OSError", "ConnectionError"}  # fmt: skip
+           "OSError", "ConnectionError", "TimeoutError"}  # fmt: skip
 
 
 def _named_errors() -> set[str]:
