@@ -538,6 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also send this share of the other judged runs, at random (default: 0)",
     )
     p.add_argument("--seed", type=int, metavar="S", help="seed of the sampling decisions")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace the judge's own calls to the 'evaluators' project (default: untraced)",
+    )
     p.add_argument("--json", action="store_true", help="print each cycle's report as JSON")
     _common(p)
     p.set_defaults(func=cmd_watch)

@@ -25,6 +25,7 @@ def cmd_watch(ctx: Context) -> int:
             review_limit=args.review_limit,
             review_sample=args.review_sample,
             seed=args.seed,
+            trace=args.trace,
         )
 
         def report(cycle: MonitorCycle) -> None:

@@ -17,8 +17,9 @@ import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+import langsmith
 from langsmith import Client
 from langsmith import schemas as ls_schemas
 from langsmith import utils as ls_utils
@@ -32,6 +33,7 @@ _RUN_SELECTS = [
     "OUTPUTS",
     "PROJECT_ID",
     "START_TIME",
+    "END_TIME",
     "TRACE_ID",
     "REFERENCE_EXAMPLE_ID",
     "EXTRA",
@@ -53,6 +55,9 @@ class RunRecord:
     trace_id: str | None = None
     name: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Last, so that records built positionally keep their meaning.
+    end_time: dt.datetime | None = None
+    """None while the run is still running (e.g. streaming its output)."""
 
     def run_key(self) -> dict[str, Any] | None:
         """The run's full lookup key (project and start time), when both are known."""
@@ -116,6 +121,18 @@ def _legacy() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*is deprecated", category=DeprecationWarning)
         yield
+
+
+def _reraise(error: Exception) -> NoReturn:
+    """Raise `error`; a 429 of the generated v2 resources as the v1 calls' rate-limit error.
+
+    The v2 run query and the queue items API raise `langsmith.RateLimitError` once their
+    own retries are spent, the v1 calls `LangSmithRateLimitError`: callers wait out (a
+    sync) or cut short (a monitor's cycle) one error whichever API refused.
+    """
+    if isinstance(error, langsmith.RateLimitError):
+        raise ls_utils.LangSmithRateLimitError(f"rate limited (429): {error}") from error
+    raise error
 
 
 def _is_unsupported(error: BaseException) -> bool:
@@ -201,10 +218,10 @@ class APIBase:
         api = self._openapi() if self._use_queue_items else None
         return None if api is None else api.annotation_queues.items
 
-    def _v2_failed(self, error: BaseException) -> None:
+    def _v2_failed(self, error: Exception) -> None:
         """Fall back to v1 after an unsupported answer, unless v1 cannot work here."""
         if not _is_unsupported(error) or self.backend() == QueryBackend.SMITHDB_ONLY:
-            raise error
+            _reraise(error)
         self._use_v2_runs = False
 
     # -- projects ------------------------------------------------------------------------

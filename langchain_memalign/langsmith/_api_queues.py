@@ -22,6 +22,7 @@ from langchain_memalign.langsmith._api_base import (
     RunRecord,
     _is_unsupported,
     _legacy,
+    _reraise,
 )
 
 QueueStatus = Literal["needs_my_review", "needs_others_review", "completed"]
@@ -74,7 +75,7 @@ class QueuesAPI(APIBase):
                 return list(seen.items())
             except Exception as e:
                 if not _is_unsupported(e):
-                    raise
+                    _reraise(e)
                 self._use_queue_items = False
         with _legacy():
             return [
@@ -112,7 +113,7 @@ class QueuesAPI(APIBase):
                 return
             except Exception as e:
                 if not _is_unsupported(e):
-                    raise
+                    _reraise(e)
                 self._use_queue_items = False
             runs = runs[sent:]  # what the newer API took must not be queued twice
         keys = [run.run_key() for run in runs]
@@ -142,7 +143,10 @@ class QueuesAPI(APIBase):
             raise ValueError("this LangSmith server has no final answers for queue items")
         for rid, item in self.queue_items(queue_id, None):
             if rid == run_id and item is not None and item.id:
-                items.set_final(key, queue_id=queue_id, item_id=item.id, **answer)
+                try:
+                    items.set_final(key, queue_id=queue_id, item_id=item.id, **answer)
+                except Exception as e:
+                    _reraise(e)
                 return True
         return False
 
@@ -174,7 +178,7 @@ class QueuesAPI(APIBase):
                     )
             except Exception as e:
                 if not _is_unsupported(e):
-                    raise
+                    _reraise(e)
                 self._use_queue_items = False
         # Older servers: the legacy status endpoint, by queue item id ("queue_run_id").
         offset, found = 0, set()

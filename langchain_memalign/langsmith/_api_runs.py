@@ -143,9 +143,15 @@ class RunsAPI(APIBase):
             return None
 
     def project_runs(
-        self, project: ls_schemas.TracerSession, *, limit: int | None = None
+        self,
+        project: ls_schemas.TracerSession,
+        *,
+        limit: int | None = None,
+        with_errors: bool = True,
     ) -> list[RunRecord]:
-        """The root runs of a project, newest first."""
+        """The root runs of a project, newest first (`with_errors=False`: those without error)."""
+        # Left out by the service, errored runs take no place among the `limit` latest.
+        no_error: dict[str, bool] = {} if with_errors else {"has_error": False}
         api = self._v2_runs()
         if api is not None:
             try:
@@ -156,6 +162,7 @@ class RunsAPI(APIBase):
                     is_root=True,
                     min_start_time=project.start_time - dt.timedelta(seconds=1),
                     max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                    **no_error,
                 ):
                     runs.append(run)
                     if limit is not None and len(runs) >= limit:
@@ -166,7 +173,12 @@ class RunsAPI(APIBase):
         with _legacy():
             return [
                 _from_v1(r)
-                for r in self.client.list_runs(project_id=project.id, is_root=True, limit=limit)
+                for r in self.client.list_runs(
+                    project_id=project.id,
+                    is_root=True,
+                    limit=limit,
+                    error=None if with_errors else False,
+                )
             ]
 
     def _query_v2(self, api: Any, **kwargs: Any) -> dict[str, RunRecord]:
@@ -223,6 +235,7 @@ def _from_v1(run: ls_schemas.Run) -> RunRecord:
         id=str(run.id),
         project_id=str(run.session_id) if run.session_id else None,
         start_time=_time(run.start_time),
+        end_time=_time(run.end_time),
         inputs=run.inputs,
         outputs=run.outputs,
         reference_example_id=str(run.reference_example_id) if run.reference_example_id else None,
@@ -241,6 +254,7 @@ def _from_v2(run: Any) -> RunRecord:
         id=str(run.id),
         project_id=run.project_id,
         start_time=_time(run.start_time),
+        end_time=_time(run.end_time),
         inputs=run.inputs,
         outputs=run.outputs,
         reference_example_id=run.reference_example_id,

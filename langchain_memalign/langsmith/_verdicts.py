@@ -6,14 +6,15 @@ linked to the judge's own traced run and marked as the judge's (`_mark`), so
 that reviewers can correct it in the LangSmith UI and the correction comes
 back through `LangSmithFeedbackSource`. `uncertainty` scores how much the
 recalled past cases disagree with a verdict; `_judge_runs` and
-`_write_verdict` are the two steps, shared with `JudgeAnnotationQueue`.
+`_write_verdict` are the two steps, shared with `JudgeAnnotationQueue`
+(`JudgeMonitor` judges with `_judgments`, which yields each verdict once known).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -129,35 +130,84 @@ def _judge_runs(
     """
     if not runs:
         return []
-    mapping = mapping or FeedbackMapping()
-    cases = [_case(run, mapping) for run in runs]
-    judge_run_ids = [uuid.uuid4() for _ in runs]
-    tracer = LangChainTracer(client=client, project_name=tracing_project) if trace else None
-    configs: list[RunnableConfig] = []
-    for rid in judge_run_ids:
-        config: RunnableConfig = {"max_concurrency": max_concurrency, "run_name": judge.config.name}
-        if tracer is not None:
-            config.update({"callbacks": [tracer], "run_id": rid})
-        configs.append(config)
+    cases, configs, tracer = _prepare(
+        judge, runs, client, trace, mapping, tracing_project, max_concurrency
+    )
     results = judge.batch(cases, configs)
     if tracer is not None:
         tracer.wait_for_futures()
-    verdicts = []
-    for run, result, rid in zip(runs, results, judge_run_ids, strict=True):
-        meta = result.get("metadata") or {}
-        verdicts.append(
-            Verdict(
-                run_id=run.id,
-                key=result["key"],
-                score=label_of(result),
-                comment=result.get("comment"),
-                guideline_ids=list(meta.get("guideline_ids") or []),
-                episode_ids=list(meta.get("episode_ids") or []),
-                uncertainty=uncertainty(judge, result),
-                judge_run_id=str(rid) if trace else None,
-            )
-        )
-    return verdicts
+    return [
+        _verdict(judge, run, result, config)
+        for run, result, config in zip(runs, results, configs, strict=True)
+    ]
+
+
+def _judgments(
+    judge: MemAlignJudge,
+    runs: Sequence[RunRecord],
+    *,
+    client: Client | None = None,
+    trace: bool = False,
+    mapping: FeedbackMapping | None = None,
+    tracing_project: str = "evaluators",
+    max_concurrency: int = 4,
+) -> Iterator[tuple[RunRecord, Verdict | Exception]]:
+    """Judge LangSmith runs, yielding each verdict, or the error judging it, once known.
+
+    As `_judge_runs`, but a verdict comes as soon as its judgment ends (the caller can
+    write it while the others run), and a judgment that fails is yielded as its error
+    instead of failing the others. Each case is embedded on its own.
+    """
+    if not runs:
+        return
+    cases, configs, tracer = _prepare(
+        judge, runs, client, trace, mapping, tracing_project, max_concurrency
+    )
+    for i, result in judge.batch_as_completed(cases, configs, return_exceptions=True):
+        if isinstance(result, Exception):
+            yield runs[i], result
+        else:
+            yield runs[i], _verdict(judge, runs[i], result, configs[i])
+    if tracer is not None:
+        tracer.wait_for_futures()
+
+
+def _prepare(
+    judge: MemAlignJudge,
+    runs: Sequence[RunRecord],
+    client: Client | None,
+    trace: bool,
+    mapping: FeedbackMapping | None,
+    tracing_project: str,
+    max_concurrency: int,
+) -> tuple[list[dict[str, Any]], list[RunnableConfig], LangChainTracer | None]:
+    """The judge's case and config for each run, and the tracer the configs use, if any."""
+    mapping = mapping or FeedbackMapping()
+    tracer = LangChainTracer(client=client, project_name=tracing_project) if trace else None
+    configs: list[RunnableConfig] = []
+    for _ in runs:
+        config: RunnableConfig = {"max_concurrency": max_concurrency, "run_name": judge.config.name}
+        if tracer is not None:
+            config.update({"callbacks": [tracer], "run_id": uuid.uuid4()})
+        configs.append(config)
+    return [_case(run, mapping) for run in runs], configs, tracer
+
+
+def _verdict(
+    judge: MemAlignJudge, run: RunRecord, result: JudgeResult, config: RunnableConfig
+) -> Verdict:
+    meta = result.get("metadata") or {}
+    judge_run_id = config.get("run_id")
+    return Verdict(
+        run_id=run.id,
+        key=result["key"],
+        score=label_of(result),
+        comment=result.get("comment"),
+        guideline_ids=list(meta.get("guideline_ids") or []),
+        episode_ids=list(meta.get("episode_ids") or []),
+        uncertainty=uncertainty(judge, result),
+        judge_run_id=None if judge_run_id is None else str(judge_run_id),
+    )
 
 
 def _write_verdict(

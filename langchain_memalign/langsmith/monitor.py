@@ -8,15 +8,20 @@ print(cycle.summary())
 
 A cycle pulls the reviews completed in the judge's annotation queue (recording, for each,
 whether the judge's earlier verdict on that run agreed, before aligning on it), then judges
-the project's new root runs, writes each verdict as model feedback and sends the runs most
-worth a human look to the queue. It is resumable: a run that already carries the judge's
-verdict is never judged again, and sampling is decided by the run's id, so a run left out
-stays left out after a restart.
+the project's new root runs that have ended without error, writes each verdict as model
+feedback as soon as it is known and sends the runs most worth a human look to the queue.
+It is resumable: a run that already carries the judge's verdict is never judged again, and
+sampling is decided by the run's id, so a run left out stays left out after a restart. A
+judgment that fails is retried by the next cycles, `MAX_ATTEMPTS` times in all (counted in
+the judge's memory, so restarts count too); the judge's own calls are not traced unless
+asked for (`trace`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import random
 import time
 import uuid
@@ -24,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langsmith import Client
+from langsmith import run_helpers as rh
 from langsmith import utils as ls_utils
 from pydantic import BaseModel, Field
 
@@ -32,11 +38,17 @@ from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
 from langchain_memalign.langsmith._fields import distance
 from langchain_memalign.langsmith._source_types import SyncReport
-from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith._verdicts import Verdict, _judgments, _write_verdict
 from langchain_memalign.langsmith.queue import JudgeAnnotationQueue
 from langchain_memalign.langsmith.source import FeedbackMapping
 
 __all__ = ["JudgeMonitor", "MonitorCycle", "ReviewAgreement"]
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+"""Judgments of a run that may fail (one a cycle) before the run is given up."""
+STATE_PREFIX = "langsmith_watch:"
 
 
 class ReviewAgreement(BaseModel):
@@ -57,11 +69,25 @@ class MonitorCycle(BaseModel):
         default_factory=list,
         description="Each newly learned review beside the judge's earlier verdict on its run.",
     )
-    considered: int = Field(default=0, description="The project's latest root runs read.")
+    considered: int = Field(
+        default=0, description="The project's latest root runs without error read."
+    )
     already_judged: int = Field(default=0, description="Runs that carry the judge's verdict.")
+    pending: int = Field(
+        default=0, description="Runs still running (no end time): a later cycle judges them."
+    )
+    given_up: list[str] = Field(
+        default_factory=list,
+        description=f"Runs no longer judged: their judgment failed {MAX_ATTEMPTS} times.",
+    )
     sampled_out: int = Field(default=0, description="Runs left out by the sampling rate.")
     filtered_out: int = Field(default=0, description="Runs `where` refused.")
     verdicts: list[Verdict] = Field(default_factory=list, description="Verdicts written.")
+    failed: dict[str, str] = Field(
+        default_factory=dict,
+        description="Runs whose judgment failed in this cycle, with the error: a later "
+        "cycle judges them again.",
+    )
     sent: list[str] = Field(default_factory=list, description="Runs sent to the review queue.")
     rate_limited: bool = Field(
         default=False, description="The service refused for its rate limit: cut short."
@@ -79,13 +105,15 @@ class MonitorCycle(BaseModel):
         """One line: reviews learned (with prior agreement), runs judged, runs sent."""
         acc = self.accuracy
         agreed = "" if acc is None else f" (judge agreed with {acc:.0%} before learning)"
+        counts = ((len(self.failed), "failed"), (len(self.given_up), "given up"))
+        trouble = "".join(f"{n} {what}; " for n, what in counts if n)
         cut = ", rate limited: cut short" if self.rate_limited else ""
         return (
             f"{len(self.pulled.added) + len(self.pulled.updated)} reviews learned{agreed}; "
             f"{len(self.verdicts)} of {self.considered} runs judged "
-            f"({self.already_judged} already, {self.sampled_out} sampled out, "
-            f"{self.filtered_out} filtered); {len(self.sent)} sent for review; "
-            f"{self.seconds:.1f}s{cut}"
+            f"({self.already_judged} already, {self.pending} running, "
+            f"{self.sampled_out} sampled out, {self.filtered_out} filtered); "
+            f"{trouble}{len(self.sent)} sent for review; {self.seconds:.1f}s{cut}"
         )
 
 
@@ -113,6 +141,9 @@ class JudgeMonitor:
             reviewers see verdicts the judge is sure of too.
         mapping: Which run fields are the case's inputs and outputs.
         seed: Seeds the review sample; also salts the sampling decision.
+        trace: Trace the judge's own calls (about 20 runs a judgment) to the
+            "evaluators" project, each verdict linked to its trace. Off by default:
+            the judgments then run untraced, whatever the environment's tracing says.
     """
 
     def __init__(
@@ -129,6 +160,7 @@ class JudgeMonitor:
         review_sample: float = 0.0,
         mapping: FeedbackMapping | None = None,
         seed: int | None = None,
+        trace: bool = False,
     ) -> None:
         if not 0.0 <= sampling_rate <= 1.0:
             raise ValueError(f"sampling_rate must be within 0 and 1, got {sampling_rate}")
@@ -147,6 +179,7 @@ class JudgeMonitor:
         self.scan = scan
         self.review_limit = review_limit
         self.review_sample = review_sample
+        self.trace = trace
         self._random = random.Random(seed)
         self._salt = f"{judge.config.name}:{seed}"
 
@@ -220,7 +253,9 @@ class JudgeMonitor:
 
     def _judge_new(self, cycle: MonitorCycle) -> None:
         self.queue.ensure()  # the key's feedback config on the judge's scale, or an error
-        runs = self.api.records(None, self.project, self.scan)
+        project = self.api.project(self.project)
+        # An errored run has nothing to judge: the service leaves them out of the scan.
+        runs = self.api.project_runs(project, limit=self.scan, with_errors=False)
         cycle.considered = len(runs)
         judged = {
             str(fb.run_id)
@@ -232,26 +267,74 @@ class JudgeMonitor:
         }
         fresh = [r for r in runs if r.id not in judged]
         cycle.already_judged = len(runs) - len(fresh)
-        sampled = [r for r in fresh if _sampled(r.id, self.sampling_rate, self._salt)]
-        cycle.sampled_out = len(fresh) - len(sampled)
+        # A run still streaming has no outputs yet: a later cycle judges it once it ended.
+        ended = [r for r in fresh if r.end_time is not None]
+        cycle.pending = len(fresh) - len(ended)
+        state_key = f"{STATE_PREFIX}{self.judge.config.name}:{project.id}"
+        failures = self._failures(state_key, {r.id for r in fresh})
+        cycle.given_up = [r.id for r in ended if failures.get(r.id, 0) >= MAX_ATTEMPTS]
+        to_try = [r for r in ended if r.id not in cycle.given_up]
+        sampled = [r for r in to_try if _sampled(r.id, self.sampling_rate, self._salt)]
+        cycle.sampled_out = len(to_try) - len(sampled)
         chosen = [r for r in sampled if self.where is None or self.where(r)]
         cycle.filtered_out = len(sampled) - len(chosen)
-        verdicts = _judge_runs(
-            self.judge, chosen, client=self.client, trace=True, mapping=self.mapping
-        )
-        # Each verdict is written as soon as it is known: a cycle cut short keeps what it
-        # wrote, and the next cycle skips those runs.
-        for run, verdict in zip(chosen, verdicts, strict=True):
-            cycle.verdicts.append(_write_verdict(self.judge, self.client, run, verdict))
+        # Off, the judge's own calls stay off LangSmith whatever the environment says (as
+        # under `evaluate(upload_results=False)`, `no_upload_when_local`).
+        tracing = contextlib.nullcontext() if self.trace else rh.tracing_context(enabled=False)
+        with tracing:
+            for run, outcome in _judgments(
+                self.judge, chosen, client=self.client, trace=self.trace, mapping=self.mapping
+            ):
+                if isinstance(outcome, Exception):
+                    failures[run.id] = failures.get(run.id, 0) + 1
+                    self._save_failures(state_key, failures)
+                    cycle.failed[run.id] = f"{type(outcome).__name__}: {outcome}"
+                    logger.warning(
+                        "judging run %s failed (%d of %d tries%s): %s",
+                        run.id,
+                        failures[run.id],
+                        MAX_ATTEMPTS,
+                        "" if failures[run.id] < MAX_ATTEMPTS else ", not tried again",
+                        cycle.failed[run.id],
+                    )
+                    continue
+                # Each verdict is written as soon as it is known: a cycle cut short (or a
+                # process killed) keeps what it wrote, and the next cycle skips those runs.
+                cycle.verdicts.append(_write_verdict(self.judge, self.client, run, outcome))
+                if failures.pop(run.id, None) is not None:
+                    self._save_failures(state_key, failures)
+        # In the runs' order (they were judged concurrently): the report, and which runs go
+        # to review among equally sure verdicts, do not depend on which judgment ended first.
+        order = {r.id: i for i, r in enumerate(chosen)}
+        cycle.verdicts.sort(key=lambda v: order[v.run_id])
+        cycle.failed = dict(sorted(cycle.failed.items(), key=lambda kv: order[kv[0]]))
         to_review = self._pick_for_review(chosen, cycle.verdicts)
         if to_review:
             cycle.sent = self.queue.send(to_review, select="all").run_ids
 
+    def _failures(self, state_key: str, unjudged: set[str]) -> dict[str, int]:
+        """How many judgments of each run failed, for the runs still without a verdict.
+
+        Kept in the judge's memory, so that a restart (or cron's `--once`) counts them
+        too; runs judged since, or no longer among those read, are forgotten.
+        """
+        with self.judge.memory.integration_state(state_key) as saved:
+            stored: dict[str, int] = (saved.get() or {}).get("failed") or {}
+            kept = {r: n for r, n in stored.items() if r in unjudged}
+            if kept != stored:
+                saved.set({"failed": kept} if kept else None)
+        return kept
+
+    def _save_failures(self, state_key: str, failures: dict[str, int]) -> None:
+        with self.judge.memory.integration_state(state_key) as saved:
+            saved.set({"failed": failures} if failures else None)
+
     def _pick_for_review(
         self, runs: Sequence[RunRecord], verdicts: Sequence[Verdict]
     ) -> list[RunRecord]:
-        order = sorted(zip(runs, verdicts, strict=True), key=lambda rv: -rv[1].uncertainty)
-        picked = [r for r, _ in order[: self.review_limit]]
-        rest = [r for r, _ in order[self.review_limit :]]
+        by_id = {r.id: r for r in runs}
+        order = sorted(verdicts, key=lambda v: -v.uncertainty)
+        picked = [by_id[v.run_id] for v in order[: self.review_limit]]
+        rest = [by_id[v.run_id] for v in order[self.review_limit :]]
         picked += [r for r in rest if self._random.random() < self.review_sample]
         return picked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import re
@@ -1012,11 +1013,16 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
 
     client = Client(api_url=langsmith.url, api_key="test", auto_batch_tracing=False)
     client.create_project("support-bot")
-    for question in ("Where is my order?", "Can I return this?", "Do you ship abroad?"):
+
+    def ended_run(question: str) -> None:
         client.create_run(
-            "agent", {"question": question}, "chain",
-            id=uuid.uuid4(), project_name="support-bot", outputs={"answer": "Yes."},
+            "agent", {"question": question}, "chain", id=uuid.uuid4(),
+            project_name="support-bot", outputs={"answer": "Yes."},
+            end_time=dt.datetime.now(dt.UTC),
         )  # fmt: skip
+
+    for question in ("Where is my order?", "Can I return this?", "Do you ship abroad?"):
+        ended_run(question)
     env.created()
     code, out, err = env.run(
         "watch", "--langsmith-project", "support-bot", "--once", "--review-limit", "1"
@@ -1028,5 +1034,16 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     cycle = json.loads(out)
     assert code == EXIT_OK and cycle["verdicts"] == [] and cycle["already_judged"] == 3
     assert len(env.model.calls) == calls
+
+    def evaluators() -> bool:
+        return any(langsmith.sessions[r["session_id"]]["name"] == "evaluators"
+                   for r in langsmith.runs.values())  # fmt: skip
+
+    # The judge's own calls are untraced, unless --trace asks for them.
+    assert not evaluators()
+    ended_run("Is it gift-wrapped?")
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once", "--trace")
+    assert code == EXIT_OK and "1 of 4 runs judged (3 already" in out, err
+    assert langsmith.wait_for(evaluators, timeout=30)
     code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--sampling-rate", "2")
     assert code == EXIT_USAGE and "sampling_rate must be within 0 and 1" in err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,8 +40,9 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer(runs_page_size=3) as srv:
+def server(request: pytest.FixtureRequest) -> Iterator[LangSmithTestServer]:
+    # runs_v2=False (indirect parameter): a server without the v2 run query, read via v1.
+    with LangSmithTestServer(runs_page_size=3, runs_v2=getattr(request, "param", True)) as srv:
         yield srv
 
 
@@ -60,12 +63,18 @@ def judge(model: ScriptedChatModel) -> MemAlignJudge:
     return MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), k=3)
 
 
-def add_runs(server: LangSmithTestServer, texts: list[str]) -> list[str]:
+def add_runs(
+    server: LangSmithTestServer, texts: list[str], *, ended: bool = True, **fields: Any
+) -> list[str]:
+    """Root runs of the "prod" project, ended unless `ended=False` (still streaming)."""
     project = next(
         (p for p in server.sessions.values() if p["name"] == "prod"), None
     ) or server.add_project("prod")
+    end = {"end_time": dt.datetime.now(dt.UTC).isoformat()} if ended else {}
     return [
-        server.add_run(session_id=project["id"], inputs={"q": t}, outputs={"a": t})["id"]
+        server.add_run(
+            session_id=project["id"], inputs={"q": t}, **({"outputs": {"a": t}} | end | fields)
+        )["id"]
         for t in texts
     ]
 
@@ -210,3 +219,194 @@ def test_a_watch_killed_mid_cycle_resumes_without_judging_a_run_twice(
     assert sorted(v.run_id for v in resumed.verdicts) == sorted(set(ids) - set(written))
     assert resumed.already_judged == 2 and len(model.calls) == calls + 3
     assert sorted(verdict_runs(server)) == sorted(ids)
+
+
+# -- production safety (issue 46) -------------------------------------------------------------
+
+
+def garbled(case: str, memory: str) -> Any:
+    if "garbled" in case:
+        return "not json at all"  # an unusable answer, every time this case is asked
+    return rule(case, memory)
+
+
+def test_a_failed_judgment_names_its_run_and_spares_the_others_then_is_retried_and_given_up(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    model.responder.judge_rule = garbled
+    roles: list[str] = model.responder.roles
+    ids = add_runs(server, ["polite hours", "garbled refunds", "rude shipping", "polite sizes"])
+    bad, good = ids[1], [ids[0], *ids[2:]]
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=1)
+    with caplog.at_level(logging.WARNING, logger=monitor_module.__name__):
+        first = monitor.run_once()
+    assert sorted(v.run_id for v in first.verdicts) == sorted(good)
+    assert sorted(verdict_runs(server)) == sorted(good) and len(first.sent) == 1
+    assert list(first.failed) == [bad] and "MalformedOutputError" in first.failed[bad]
+    assert [r.levelname for r in caplog.records if bad in r.getMessage()] == ["WARNING"]
+    assert "3 of 4 runs judged" in first.summary() and "; 1 failed; " in first.summary()
+
+    # The next cycles judge it again, a restart too (the tries are kept in the judge's
+    # memory: cron's --once counts them as well)...
+    judged = roles.count("judge")
+    second = JudgeMonitor(judge, client, project="prod").run_once()
+    assert second.verdicts == [] and list(second.failed) == [bad] and second.already_judged == 3
+    assert roles.count("judge") > judged
+    third = monitor.run_once()
+    assert list(third.failed) == [bad] and third.given_up == []
+    # ... MAX_ATTEMPTS times in all: then it is given up, and reported as such.
+    assert monitor_module.MAX_ATTEMPTS == 3
+    judged = roles.count("judge")
+    fourth = monitor.run_once()
+    assert fourth.failed == {} and fourth.given_up == [bad] and roles.count("judge") == judged
+    assert "; 1 given up; " in fourth.summary()
+    assert bad not in verdict_runs(server)
+
+
+def test_a_judgment_that_fails_once_is_written_by_the_next_cycle(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    model.responder.judge_rule = garbled
+    ids = add_runs(server, ["polite hours", "garbled refunds"])
+    monitor = JudgeMonitor(judge, client, project="prod")
+    assert list(monitor.run_once().failed) == [ids[1]]
+    model.responder.judge_rule = rule  # the model answers properly now
+    second = monitor.run_once()
+    assert [v.run_id for v in second.verdicts] == [ids[1]] and second.failed == {}
+    assert sorted(verdict_runs(server)) == sorted(ids)
+    # Its failure is forgotten with its verdict: nothing is left in the judge's memory.
+    project = server.add_project("prod")["id"]
+    assert judge.memory.store.get_meta(f"{monitor_module.STATE_PREFIX}{KEY}:{project}") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [("/v2/runs/query", None), ("/platform/annotation-queues", "GET")],
+    ids=["v2 run query", "queue items"],
+)
+def test_a_lasting_rate_limit_on_the_v2_run_query_or_the_queue_items_cuts_the_cycle_short(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    method: str | None,
+) -> None:
+    from langchain_memalign.langsmith import _api_base
+
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.0)
+    monkeypatch.setattr("time.sleep", lambda s: None)  # the v2 resources' own backoff
+    ids = add_runs(server, ["polite a", "polite b"])
+    monitor = JudgeMonitor(judge, client, project="prod")
+    # The project's runs are read through the v2 query, the queue's archived items (the
+    # reviews to learn) through the items API: the one refuses for good.
+    server.inject_failure(path, status=429, times=1000, method=method)
+    cycle = monitor.run_once()
+    assert cycle.rate_limited and cycle.verdicts == [] and "cut short" in cycle.summary()
+    refused = server.requests_to(path, method)
+    assert len(refused) > 1 and {r.status for r in refused} == {429}
+    server.clear_faults()
+    assert sorted(v.run_id for v in monitor.run_once().verdicts) == sorted(ids)
+
+
+@pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_cycle(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    ended = add_runs(server, ["polite hours"])
+    running = add_runs(server, ["polite refunds"], ended=False, outputs=None)
+    add_runs(server, ["polite shipping"], error="TimeoutError: upstream", outputs=None)
+    monitor = JudgeMonitor(judge, client, project="prod")
+    first = monitor.run_once()
+    assert [v.run_id for v in first.verdicts] == ended and verdict_runs(server) == ended
+    assert (first.considered, first.pending) == (2, 1) and "1 running" in first.summary()
+    # The running run ends (its tracer patches it): the next cycle judges it, on its outputs.
+    client.update_run(
+        running[0], end_time=dt.datetime.now(dt.UTC), outputs={"a": "Refunds take 5 days."}
+    )
+    second = monitor.run_once()
+    assert [v.run_id for v in second.verdicts] == running and second.pending == 0
+    assert any("Refunds take 5 days." in str(call) for call in model.calls)
+    # The errored run is never judged.
+    assert sorted(verdict_runs(server)) == sorted(ended + running)
+    assert monitor.run_once().considered == 2
+
+
+def test_each_verdict_is_written_once_known_so_a_kill_while_judging_loses_none(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    others = add_runs(server, [f"polite answer {i}" for i in range(4)])
+    doomed = add_runs(server, ["doomed answer"])
+    kill = [True]
+
+    def killed_while_judging(case: str, memory: str) -> Any:
+        if "doomed" in case and kill[0]:
+            # The process dies during this judgment, once the others have ended (waiting
+            # for their verdicts to be written, or for a minute if they never are).
+            server.wait_for(lambda: len(verdict_runs(server)) == len(others), timeout=60)
+            raise KeyboardInterrupt
+        return rule(case, memory)
+
+    model.responder.judge_rule = killed_while_judging
+    with pytest.raises(KeyboardInterrupt):
+        JudgeMonitor(judge, client, project="prod").run_once()
+    # The verdicts known before the kill were written: the restart judges only the rest.
+    assert sorted(verdict_runs(server)) == sorted(others)
+    kill[0] = False
+    roles: list[str] = model.responder.roles
+    judged = roles.count("judge")
+    resumed = JudgeMonitor(judge, client, project="prod").run_once()
+    assert [v.run_id for v in resumed.verdicts] == doomed and resumed.already_judged == 4
+    assert roles.count("judge") == judged + 1
+
+
+_TRACING_VARS = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING_V2")
+
+
+@pytest.mark.parametrize("tracing", [None, "true"])
+def test_the_judges_own_calls_are_traced_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    tracing: str | None,
+) -> None:
+    # Runs traced from the environment go through the process's default client: point it
+    # at the test server, so anything uploaded lands where the test can count it.
+    import langsmith.run_trees as rt
+    from langchain_core.tracers.langchain import wait_for_all_tracers
+
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", server.url)
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    for name in _TRACING_VARS:
+        monkeypatch.delenv(name, raising=False)
+    if tracing is not None:
+        monkeypatch.setenv("LANGSMITH_TRACING", tracing)
+    monkeypatch.setattr(rt, "_CLIENT", None)
+
+    def uploaded() -> set[str]:
+        wait_for_all_tracers()
+        if rt._CLIENT is not None:
+            rt._CLIENT.flush()
+        client.flush()
+        return set(server.runs)
+
+    ids = add_runs(server, ["polite hours", "rude refunds"])
+    cycle = JudgeMonitor(judge, client, project="prod").run_once()
+    assert len(cycle.verdicts) == 2 and {v.judge_run_id for v in cycle.verdicts} == {None}
+    assert uploaded() == set(ids)  # none of the judge's own runs
+    # Asked for, each judgment is traced to "evaluators" and its verdict links to it.
+    more = add_runs(server, ["polite sizes"])
+    traced = JudgeMonitor(judge, client, project="prod", trace=True).run_once()
+    [verdict] = traced.verdicts
+    own = uploaded() - set(ids + more)
+    assert verdict.judge_run_id in own
+    assert {server.sessions[server.runs[r]["session_id"]]["name"] for r in own} == {"evaluators"}

@@ -730,3 +730,30 @@ def test_a_rate_limit_that_outlasts_the_clients_retries_is_waited_out(
     server.inject_failure("/feedback", status=429, method="GET", times=1000)
     with pytest.raises(ls_utils.LangSmithRateLimitError):
         LangSmithFeedbackSource(client, project="prod").sync(judge, full=True)
+
+
+def test_a_rate_limit_of_the_v2_run_query_is_waited_out_as_v1s_is(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_memalign.langsmith import _api_base
+
+    waits: list[float] = []
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.01)
+    monkeypatch.setattr("time.sleep", lambda s: waits.append(s))
+    review = human(server, add_run(server, project, 0), 0, "alice", comment="Cold.")
+    # More 429s in a row than the v2 resource retries (three requests a call).
+    server.inject_failure("/v2/runs/query", status=429, times=4)
+    report = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    assert report.added == [fid(review)]
+    assert 0.01 in waits and [r.status for r in server.requests_to("/v2/runs/query")][-1] == 200
+    # A rate limit that never ends is the caller's error, the same one as v1's.
+    later = human(server, add_run(server, project, 1), 1, "alice", comment="Fine.")
+    server.inject_failure("/v2/runs/query", status=429, times=1000)
+    with pytest.raises(ls_utils.LangSmithRateLimitError):
+        LangSmithFeedbackSource(client, project="prod").sync(judge)
+    server.clear_faults()
+    assert fid(later) in LangSmithFeedbackSource(client, project="prod").sync(judge).added
