@@ -459,32 +459,22 @@ class JudgeNodes:
         }
 
     def _settled(self, state: JudgeState) -> set[str]:
-        """Rules this judgment settled: their own check is silent on the answers given.
+        """Rules a check asked about this case settled: it stayed silent on every output.
 
-        A rule sharing another's questions is settled with it; a covered rule whose own
-        questions were not asked is not, nor is a rule whose answer failed.
+        A covered rule is settled with the check that covers it. An answer that failed
+        settles nothing.
         """
-        outcomes = state.get("check_outcomes") or []
-        if not outcomes or not self.memory.config.options.checks.settle:
+        if not self.memory.config.options.checks.settle:
             return set()
-        failed = {o["rule_id"] for o in outcomes if o.get("error")}
-        # The answers per output (one, or two on a pairwise case).
-        per_output: list[dict[str, bool]] = []
-        for o in outcomes:
-            answers = o["answers"] if isinstance(o["fired"], list) else [o["answers"]]
-            for i, got in enumerate(answers):
-                if i == len(per_output):
-                    per_output.append({})
-                per_output[i].update(got)
-        checks = self.memory.snapshot(state.get("memory_seq")).checks
-        shown = {g.id for g in state.get("guidelines") or []}
-        return {
-            gid
-            for gid, check in checks.items()
-            if gid in shown
-            and gid not in failed
-            and all(check.fires(got) is False for got in per_output)
+        silent = {
+            o["rule_id"]
+            for o in state.get("check_outcomes") or []
+            if not o.get("error") and not any(_as_list(o["fired"]))
         }
+        if not silent:
+            return silent
+        view = self.memory.snapshot(state.get("memory_seq"))
+        return silent | {gid for gid, c in view.checks.items() if c.covered_by in silent}
 
     def _working_memory(self, state: JudgeState) -> tuple[list[Guideline], list[Episode]]:
         """The guidelines and past cases the holistic prompt shows (`checks.settle`).
