@@ -562,6 +562,48 @@ def _option(text: str, ap: argparse.ArgumentParser) -> tuple[str, Any]:
         return name.strip(), value
 
 
+def curve_points(summary: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """Pooled correct verdicts per kind against training items a domain, repeats averaged.
+
+    The unaligned judge is the curve at 0 items, `ours@N` at N, `ours` at all 8.
+    """
+    by_items: dict[int, list[dict[str, Any]]] = {}
+    for run, entry in summary["runs"].items():
+        system = run.split("#")[0]
+        items = 0 if system == "unaligned" else 8 if system == "ours" else None
+        if system.startswith("ours@"):
+            items = int(system.split("@")[1])
+        if items is not None:
+            by_items.setdefault(items, []).append(entry["pooled"])
+    return {
+        kind: [
+            (n, sum(p[kind] for p in pooled) / len(pooled))
+            for n, pooled in sorted(by_items.items())
+        ]
+        for kind in ("adversarial", "scope", "plain")
+    }
+
+
+def plot_curve(summary: dict[str, Any], path: str) -> None:
+    """Draw `curve_points` as one line per kind of test case."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.0, 3.4))
+    for kind, points in curve_points(summary).items():
+        ax.plot([n for n, _ in points], [y for _, y in points], marker="o", label=kind)
+    ax.set_xlabel("training items a domain (0: unaligned)")
+    ax.set_ylabel("correct, pooled over 6 domains")
+    ax.set_title("rules.jsonl: ours' learning curve")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def merge_results(paths: list[Path], out: Path) -> dict[str, Any]:
     """One result file from several runs on the same data (e.g. systems run in separate
     processes): a system's runs are renumbered as repeats in the order given, a run on
@@ -655,11 +697,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RESULT",
         help="only merge these result files into --out (and its .md table); no model call",
     )
+    ap.add_argument(
+        "--plot",
+        default=None,
+        metavar="PNG",
+        help="with --merge: the learning curve (unaligned at 0, ours@N, ours at 8) as an image",
+    )
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "rules" / "rules.json"))
     args = ap.parse_args(argv)
     if args.merge:
         merged = merge_results(args.merge, Path(args.out))
         print(markdown(merged, merged["summary"]))
+        if args.plot:
+            plot_curve(merged["summary"], args.plot)
         return 0
     args.judge_options = dict(_option(o, ap) for o in args.judge_option)
     ablations = dict(_ablation(a, ap) for a in args.ablation)

@@ -90,3 +90,19 @@ def test_rules_merge_joins_domains_of_one_repeat_and_keeps_repeats_apart(tmp_pat
     assert sorted(merged["runs"]) == ["ours_oracle#0", "ours_oracle#1"]
     assert sorted(merged["runs"]["ours_oracle#0"]) == ["contracts", "medication"]
     assert sorted(merged["runs"]["ours_oracle#1"]) == ["medication"]
+
+
+def test_rules_learning_curve_puts_unaligned_at_0_and_averages_repeats(tmp_path: Path) -> None:
+    def pooled(adv: int) -> dict[str, Any]:
+        return {"pooled": {"adversarial": adv, "scope": 10, "plain": 12}}
+
+    summary = {
+        "runs": {
+            "unaligned#0": pooled(16), "ours@4#0": pooled(20), "ours#0": pooled(29),
+            "ours#1": pooled(30), "checks_oracle#0": pooled(30),
+        }
+    }  # fmt: skip
+    points = rules.curve_points(summary)
+    assert points["adversarial"] == [(0, 16), (4, 20), (8, 29.5)]
+    rules.plot_curve(summary, str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
