@@ -114,12 +114,12 @@ class ReflectionError(MemAlignError):
 
 
 class AlignFailedError(MemAlignError):
-    """An `align` or `unalign` failed part-way and was rolled back: nothing changed.
+    """An `align`, `unalign` or `calibrate` failed part-way and was rolled back: nothing changed.
 
     Most often a model or embedding provider failed (a connection error, a
-    rate limit, a timeout) after the call had started. Every `align` and
-    `unalign` is one transaction, so the memory (guidelines, episodes, stored
-    feedback and whether it is distilled) is exactly as it was before the
+    rate limit, a timeout) after the call had started, in any of its steps.
+    Every such call is one transaction, so the memory (guidelines, episodes, stored
+    feedback and whether it is distilled, calibration pairs) is exactly as it was before the
     call, in the folder or database and in process. The message names the operation and
     the underlying error; `__cause__` is the original exception, for code
     that retries on a provider's own error type. Model output that stays

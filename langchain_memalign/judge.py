@@ -597,7 +597,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 to 11 values), or `options.calibration.enabled` is off.
             UnknownFeedbackError: some ids are not in the memory (nothing is graded).
             InvalidFeedbackIdError: some ids are ids no feedback can have.
-            AlignFailedError: the call failed part-way and was rolled back.
+            AlignFailedError: the call failed part-way (a provider error in any grading,
+                most often) and was rolled back: the memory and its calibration are
+                unchanged. A grading whose answer stays unusable is no failure: that case
+                keeps no pair, and the report's `errors` names it.
         """
         if isinstance(feedback_ids, str):
             raise TypeError(

@@ -8,7 +8,8 @@
 - `pairs`: contrast pairs for reflection; `provenance`: checks on proposals;
   `injection`: graded text that addresses the grader; `query_vector`: the check of a
   vector a parent graph puts in the judge graph's state;
-- `_weak`: nodes that do not keep their judge alive.
+- `_weak`: nodes that do not keep their judge alive; `_failures`: which failed model calls
+  a step absorbs (an unusable answer) and which end the call (a provider error).
 
 What the graphs send to a model is in `langchain_memalign.prompting`; the runs around
 the align graph in `langchain_memalign.alignment`, the steps around the judge graph in

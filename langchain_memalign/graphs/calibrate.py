@@ -6,7 +6,9 @@ case left out (`seen_cases.grade_unseen`). The judge's score beside the expert's
 calibration pair (`memory.calibration`). A grading that showed a past case is not kept:
 the calibration corrects judgments that have no past case to go by, and is applied to
 those only (`graphs.judge`). Cost: one judge call per item, at most
-`CalibrationOptions.max_calls` an align; items past that keep no pair.
+`CalibrationOptions.max_calls` an align; items past that keep no pair. A grading whose
+answer stays unusable keeps no pair either; a provider error fails the whole call
+(`graphs._failures`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs._failures import raise_unless_unusable
 from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.memory.calibration import CalibrationPair, calibrates
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -39,7 +42,9 @@ class ScoreCalibrator:
         """Grade `cases` as unseen and commit their pairs; None if there is nothing to do.
 
         At most `max_calls` cases are graded (by default `options.calibration.max_calls`). Nothing
-        is done when the judge does not calibrate or no case is given.
+        is done when the judge does not calibrate or no case is given. A provider error in any
+        grading is raised, before anything is written: every case given loses its old pair, so
+        committing after an outage would drop the pairs of the cases it failed.
         """
         mem = self.memory
         cfg = mem.config
@@ -61,6 +66,7 @@ class ScoreCalibrator:
             return CalibrationPair(fb.id, verdict.score, expert), verdict.usage
 
         outcomes = RunnableLambda(one).batch(graded, config, return_exceptions=True)
+        raise_unless_unusable(outcomes)
         usage = Usage()
         pairs: list[CalibrationPair] = []
         past_case_shown: list[str] = []

@@ -13,6 +13,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langchain_memalign import limits
 from langchain_memalign._text import normalize
+from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
@@ -53,11 +54,12 @@ class ConsolidateStep:
             out, usage = self.consolidator.invoke(
                 consolidate_messages(cfg.instructions, guidelines, max_words), config
             )
-        except Exception as e:
+        except MalformedOutputError as e:
             # The memory stays valid (only larger); judgments still fit the budget
-            # because they select the most relevant guidelines.
+            # because they select the most relevant guidelines. A provider error fails
+            # the align instead (`graphs._failures`).
             return {
-                "usages": [getattr(e, "usage", None) or Usage(llm_calls=1)],
+                "usages": [e.usage or Usage(llm_calls=1)],
                 "errors": [f"consolidation failed, guidelines kept as they were: {e}"],
             }
         by_id = {g.id: g for g in guidelines}

@@ -17,6 +17,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_memalign._text import normalize
 from langchain_memalign.errors import UnknownFeedbackError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs._failures import raise_unless_unusable
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.provenance import obeys_feedback, supporting_sources
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -139,6 +140,9 @@ class ForgetStep:
                 return self.rederiver.invoke(msgs, config)
 
             outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)
+            # An unusable answer drops its guideline (below); a provider error would
+            # drop it just the same and leave its sources pending: it fails the call.
+            raise_unless_unusable(outcomes)
         keep_texts = {
             normalize(g.text): kept.get(g.id, g) for g in mem.guidelines if g not in affected
         }

@@ -16,6 +16,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs._failures import raise_unless_unusable
 from langchain_memalign.graphs.judge import JudgeNodes, JudgeState
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.reports import Usage
@@ -26,8 +27,10 @@ def grade_before_learning(
 ) -> tuple[dict[str, Any], Usage, list[str]]:
     """One judgment of each item as the memory is now: (verdicts by id, cost, errors).
 
-    A judgment that fails is an error (named by the item's id) and no verdict:
-    the item is still learned, without a point in the series.
+    A judgment whose answer stays unusable is an error (named by the item's id) and
+    no verdict: the item is still learned, without a point in the series. A provider
+    error is raised (`graphs._failures`): the align fails, rather than leaving the item
+    without a point for good (a stored item is never graded first again).
     """
     usage = Usage()
     if not items:
@@ -51,6 +54,7 @@ def grade_before_learning(
         return nodes.judge_afresh(state, config)
 
     outcomes = RunnableLambda(one).batch(list(range(len(items))), config, return_exceptions=True)
+    raise_unless_unusable(outcomes)
     verdicts: dict[str, Any] = {}
     errors: list[str] = []
     for fb, outcome in zip(items, outcomes, strict=True):

@@ -25,7 +25,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import BaseModel
 
+from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs._failures import raise_unless_unusable
 from langchain_memalign.graphs.provenance import obeys_feedback, restates_case
 from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -104,7 +106,9 @@ class GuidelineValidator:
         """Whether the model grades each case as the expert did, with `swap` applied.
 
         `swap` maps guideline ids to a replacement (or None to leave it out).
-        A case whose grading fails counts as neither right nor wrong.
+        A case the model gives no usable grade counts as neither right nor wrong; a
+        provider error is raised (`graphs._failures`): a guideline is not kept or
+        dropped on what an outage left of its evidence.
         """
         mem = self.memory
         vectors = mem.store.episode_vectors(fb.id for fb in cases)
@@ -124,6 +128,7 @@ class GuidelineValidator:
             return format_value(verdict.score) == format_value(fb.value), verdict.usage
 
         outcomes = RunnableLambda(one).batch(list(cases), config, return_exceptions=True)
+        raise_unless_unusable(outcomes)
         right: dict[str, bool] = {}
         usage = Usage()
         for fb, out in zip(cases, outcomes, strict=True):
@@ -254,8 +259,10 @@ class GuidelineValidator:
         )  # fmt: skip
         try:
             out, usage = self.narrower.invoke(messages, config)
-        except Exception as e:  # a failed narrowing drops the guideline: the safe side
-            return None, getattr(e, "usage", None) or Usage(llm_calls=1)
+        except MalformedOutputError as e:  # an unusable narrowing drops the guideline: the
+            # safe side. A provider error is the align failing (`graphs._failures`), not a
+            # reason to drop a guideline for good.
+            return None, e.usage or Usage(llm_calls=1)
         text = " ".join(out.text.split())
         if not text or text == g.text:
             return None, usage

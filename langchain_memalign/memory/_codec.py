@@ -36,6 +36,25 @@ def _vector(blob: Any) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32).copy()
 
 
+def _matrix(rows: list[tuple[Any, ...]]) -> tuple[list[int], np.ndarray | None]:
+    """Ids and vectors of (id, float32 bytes) rows, as one matrix (one copy of the bytes)."""
+    if not rows:
+        return [], None
+    ids = [int(r[0]) for r in rows]
+    lengths = {len(r[1]) for r in rows}
+    if len(lengths) != 1:
+        raise ValueError("episode vectors of different dimensions")
+    (length,) = lengths
+    if not length or length % 4:
+        raise ValueError(f"a stored vector is not float32 bytes ({length} bytes)")
+    # Read-only view of the joined bytes: the index copies (and normalizes) it anyway.
+    mat = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
+    mat = mat.reshape(len(rows), length // 4)
+    if not np.isfinite(mat).all():
+        raise ValueError("non-finite numbers in episode vectors")
+    return ids, mat
+
+
 def encode_feedback(fb: Feedback) -> str:
     """The JSON stored for a feedback item; `InvalidFeedbackError` if it cannot round-trip.
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.memory._codec import _now, _vec_blob, _vector, encode_feedback
+from langchain_memalign.memory._codec import _matrix, _now, _vec_blob, _vector, encode_feedback
 from langchain_memalign.memory._pg_base import PostgresBase
 from langchain_memalign.memory._pg_schema import _TABLES
 
@@ -226,22 +226,3 @@ class PostgresFeedbackTables(PostgresBase):
                 (list(rowids), as_of, as_of, as_of),
             )
         return {int(r): self._decode(p) for r, p in rows}
-
-
-def _matrix(rows: list[tuple[Any, ...]]) -> tuple[list[int], np.ndarray | None]:
-    """Ids and vectors of (id, float32 bytes) rows, as one matrix (one copy of the bytes)."""
-    if not rows:
-        return [], None
-    ids = [int(r[0]) for r in rows]
-    lengths = {len(r[1]) for r in rows}
-    if len(lengths) != 1:
-        raise ValueError("episode vectors of different dimensions")
-    (length,) = lengths
-    if not length or length % 4:
-        raise ValueError(f"a stored vector is not float32 bytes ({length} bytes)")
-    # Read-only view of the joined bytes: the index copies (and normalizes) it anyway.
-    mat = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
-    mat = mat.reshape(len(rows), length // 4)
-    if not np.isfinite(mat).all():
-        raise ValueError("non-finite numbers in episode vectors")
-    return ids, mat

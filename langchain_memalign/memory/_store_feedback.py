@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.memory._codec import _now, _vec_blob, _vector, encode_feedback
+from langchain_memalign.memory._codec import _matrix, _now, _vec_blob, _vector, encode_feedback
 from langchain_memalign.memory._store_base import StoreBase, _chunks
 
 
@@ -156,19 +156,12 @@ class FeedbackTables(StoreBase):
         return out
 
     def all_vectors(self) -> tuple[list[int], np.ndarray | None]:
-        """Every episode's row id and vector, to rebuild the FAISS index without embedding."""
+        """Every episode's row id and vector, in row id order (to build the FAISS index)."""
         with self.lock, self._reading("episode vectors"):
-            rows = self._conn.execute("SELECT rowid, vector FROM episodes").fetchall()
-            if not rows:
-                return [], None
-            ids = [int(r[0]) for r in rows]
-            vectors = [_vector(r[1]) for r in rows]
-            if len({v.shape[0] for v in vectors}) != 1:
-                raise ValueError("episode vectors of different dimensions")
-            mat = np.stack(vectors)
-            if not np.isfinite(mat).all():
-                raise ValueError("non-finite numbers in episode vectors")
-            return ids, mat
+            # One matrix from the joined bytes, not an array per row: opening a folder
+            # reads every vector (a rebuild, or the proof an index cache must give).
+            rows = self._conn.execute("SELECT rowid, vector FROM episodes ORDER BY rowid")
+            return _matrix(rows.fetchall())
 
     def episode_rowids(self) -> list[int]:
         """Every episode's row id, ascending."""

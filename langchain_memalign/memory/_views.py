@@ -197,8 +197,17 @@ class PublishingMemory:
                     self.index = self._open_index(ids, vectors)
                     self._publish()
                 return
-            cached = self._read_index_cache()
-            self.index = cached if cached is not None else self._rebuild_index()
+            # One read of the stored vectors serves both ways: the proof a cache must
+            # give before it is trusted, or the rebuild.
+            with self.store.consistent():
+                identity = self.store.identity()
+                ids, vectors = self.store.all_vectors()
+            cached = self._read_index_cache(identity, ids, vectors)
+            self.index = (
+                cached
+                if cached is not None
+                else EpisodicIndex.build(ids, vectors, **self._index_options())
+            )
             self._publish()
 
     def _index_options(self) -> dict[str, Any]:
@@ -267,31 +276,34 @@ class PublishingMemory:
         ids, vectors = self.store.all_vectors()
         return EpisodicIndex.build(ids, vectors, **self._index_options())
 
-    def _read_index_cache(self) -> EpisodicIndex | None:
-        """The cached index if it describes exactly the stored episodes, else None.
+    def _read_index_cache(
+        self, identity: dict[str, Any], ids: list[int], vectors: np.ndarray | None
+    ) -> EpisodicIndex | None:
+        """The cached index if it holds exactly the stored episodes, else None.
 
-        The cache is trusted only if its header names this memory (id), this
-        content version and the stored dimension and count, its bytes match
-        their digest and its ids are the stored episodes' row ids. Anything
-        else (another judge's file, a file from before a later commit, damaged
-        bytes, whatever FAISS raises) rebuilds the index from the stored
-        vectors, and the untrusted file is deleted: it may hold vectors of
-        feedback unaligned since.
+        `identity`, `ids` and `vectors` are what the store holds. The cache is
+        trusted only if its header names this memory (id), this content version
+        and the stored dimension and count, its bytes match their digest, and
+        it holds the stored episodes' row ids with their stored vectors. A
+        header is only a claim (anyone can copy one onto another memory's
+        index); the vectors are the proof, and checking them costs about what
+        hashing them would. Anything else (another judge's file, a file from
+        before a later commit, damaged bytes, whatever FAISS raises) rebuilds
+        the index from the stored vectors, and the untrusted file is deleted:
+        it may hold vectors of feedback unaligned since.
         """
         folder = self.store.folder
         if folder is None or not (folder / INDEX_FILE).is_file():
             return None
         path = folder / INDEX_FILE
-        identity = self.store.identity()
-        rowids = self.store.episode_rowids()
-        dim = self.store.episode_dim()
+        dim = None if vectors is None else int(vectors.shape[1])
         try:
             head = EpisodicIndex.read_header(str(path))
-            expected = {**identity, "count": len(rowids), "dim": dim}
+            expected = {**identity, "count": len(ids), "dim": dim}
             if any(head.get(key) != value for key, value in expected.items()):
                 return self._drop_cache(path)
             index = EpisodicIndex.read(str(path), **self._index_options())
-            if index.dim != dim or not np.array_equal(index.ids(), np.asarray(rowids)):
+            if index.dim != dim or not index.holds(ids, vectors):
                 return self._drop_cache(path)
         except Exception:  # a damaged cache is rebuilt, never trusted
             return self._drop_cache(path)

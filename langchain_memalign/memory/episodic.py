@@ -13,8 +13,9 @@ rebuilt from its live vectors once tombstones exceed `rebuild_ratio`.
 Readers get frozen views (`frozen`): a writer that changes the index after a
 view was taken first copies the FAISS object, so a judgment never sees half
 of a write. The cache file starts with a JSON header naming the content it
-indexes (see `write` and `read_header`), so a stale or foreign file is
-detected before FAISS parses a byte of it.
+indexes (see `write` and `read_header`), so a stale file is detected before
+FAISS parses a byte of it; a header can be copied, so the memory opening a
+cache also checks that it `holds` the stored vectors.
 """
 
 from __future__ import annotations
@@ -299,6 +300,43 @@ class EpisodicIndex:
                 scores, ids = self._index.search(query, k)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i != -1]
 
+    def holds(self, ids: Sequence[int], vectors: Any) -> bool:
+        """Whether the index holds exactly `ids`, each with its row of `vectors`.
+
+        `vectors` as stored (before `add` normalizes them). The vectors are
+        compared bit for bit: the index holds what `as_matrix` made of the
+        same stored vectors, and a difference costs only a rebuild.
+        """
+        theirs_ids = np.asarray(ids, dtype=np.int64)
+        with self._lock:
+            if self._index is None or len(self) == 0:
+                return theirs_ids.size == 0
+            if vectors is None or len(vectors) != theirs_ids.size or len(self) != theirs_ids.size:
+                return False
+            if self._tombstones:  # never in a file `write` wrote: compare the live rows
+                mine_ids, mine = self._live()
+            else:
+                mine_ids, mine = faiss.vector_to_array(self._index.id_map).astype(np.int64), None
+            mine_order, theirs_order = _sort_order(mine_ids), _sort_order(theirs_ids)
+            if not np.array_equal(_sorted(mine_ids, mine_order), _sorted(theirs_ids, theirs_order)):
+                return False
+            if mine is None and mine_order is None and theirs_order is None:
+                # Row i of the index is row i of `vectors` (the usual case: row ids grow,
+                # and both sides list them in that order): compare a block at a time, with
+                # no second copy of every vector (a million of them take 1.5 GB).
+                inner = self._index.index
+                for start in range(0, theirs_ids.size, _COMPARED_ROWS):
+                    block = as_matrix(vectors[start : start + _COMPARED_ROWS])
+                    if not np.array_equal(inner.reconstruct_n(start, len(block)), block):
+                        return False
+                return True
+            if mine is None:
+                mine = self._index.index.reconstruct_n(0, int(self._index.ntotal))
+            theirs = as_matrix(vectors)
+            if theirs.shape != mine.shape:
+                return False
+            return bool(np.array_equal(_sorted(mine, mine_order), _sorted(theirs, theirs_order)))
+
     def ids(self) -> np.ndarray:
         """The live ids, ascending."""
         with self._lock:
@@ -393,6 +431,21 @@ class EpisodicIndex:
         with _all_cores():
             index._index.add_with_ids(mat, np.asarray(ids, dtype=np.int64))
         return index
+
+
+# Rows per block when `holds` compares an index with the stored vectors (12 MB at 384-d).
+_COMPARED_ROWS = 8192
+
+
+def _sort_order(ids: np.ndarray) -> np.ndarray | None:
+    """The permutation that sorts `ids`, or None when they are sorted already."""
+    if ids.size < 2 or bool(np.all(ids[1:] > ids[:-1])):
+        return None
+    return np.argsort(ids, kind="stable")
+
+
+def _sorted(rows: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    return rows if order is None else rows[order]
 
 
 def _read_header(f: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Every align and unalign is one transaction: a failure anywhere in it changes nothing.
+"""Every align, unalign and calibrate is one transaction: a failure anywhere in it changes
+nothing.
 
 Replacing a changed item removes the old version's guideline in the same transaction as
 the merge, so a merge that fails afterwards (an embedding outage) leaves the guideline,
@@ -19,9 +20,10 @@ from typing import Any
 
 import pytest
 from conftest import HOURS, RUDE, SWEATER, fb
-from fakes import HashEmbeddings
+from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
+from langchain_core.messages import BaseMessage
 
-from langchain_memalign import AlignFailedError, MemAlignJudge
+from langchain_memalign import AlignFailedError, Feedback, MemAlignJudge
 from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
 from langchain_memalign.memory.backends import open_store
 from langchain_memalign.memory.store import DB_FILE
@@ -331,3 +333,150 @@ def test_a_reader_keeps_its_version_across_a_rolled_back_align_and_a_later_commi
     emb.down = False
     judge.unalign(["hours"])
     assert sorted(e.feedback_id for e in judge.memory.retrieve(qv, k=3, view=view)) == found
+
+
+# -- the chat provider failing in a step that asks the model many things ----------------------
+
+
+class Outage:
+    """A chat provider that answers as `answer` does, except that it is down for the roles
+    in `down` (`RoleResponder` names the roles); `refused` lists the calls it refused."""
+
+    def __init__(self, answer: Any = None) -> None:
+        self.answer = answer or RoleResponder()
+        self.down: set[str] = set()
+        self.refused: list[str] = []
+
+    def __call__(self, messages: list[BaseMessage]) -> Any:
+        role = RoleResponder._role(str(messages[0].content))
+        if role in self.down:
+            self.refused.append(role)
+            return ConnectionError(f"chat provider unreachable ({role})")
+        return self.answer(messages)
+
+
+def scores_three(messages: list[BaseMessage]) -> Any:
+    """A judge that gives 3 to every case, and a reflection that learns nothing."""
+    if RoleResponder._role(str(messages[0].content)) == "judge":
+        return {"rationale": "Fine.", "score": 3}
+    return {"guidelines": []}
+
+
+def scored(*values: int, start: int = 0) -> list[Feedback]:
+    return [
+        Feedback(id=f"c{i}", inputs=f"question {i}", outputs=f"answer {i}", value=v)
+        for i, v in enumerate(values, start)
+    ]
+
+
+CALM = fb("calm", "What time do you close?", "We close at six.", True, "Direct answer.")
+ABROAD = fb("abroad", "Do you ship abroad?", "Yes, to most countries.", True, "Clear answer.")
+
+
+@pytest.mark.parametrize("failing", ["every case", "one case"])
+def test_calibrate_with_the_provider_down_changes_nothing(
+    make_judge: Any, where: Path | str | None, failing: str
+) -> None:
+    """`calibrate` replaces the pairs of every case it grades: one grading that the
+    provider failed would drop that case's pair, all of them the whole calibration."""
+    outage = Outage(scores_three)
+    model = ScriptedChatModel(responder=outage)
+    # k=0: no past case in any prompt, so every grading and judgment is calibrated.
+    judge = make_judge(model=model, path=where, scale=(1, 5), k=0)
+    judge.align(scored(2, 2, 2, 3))
+    assert dict(judge.memory.calibration.mapping) == {3: 2}
+    before = dump(judge)
+
+    if failing == "every case":
+        outage.down = {"judge"}
+    else:
+        outage.answer = lambda m: (
+            ConnectionError("chat provider unreachable")
+            if "question 2" in str(m[-1].content)
+            else scores_three(m)
+        )
+    with pytest.raises(AlignFailedError, match="calibrate failed and was rolled back") as err:
+        judge.calibrate()
+    assert err.value.operation == "calibrate"
+    assert isinstance(err.value.__cause__, ConnectionError)
+    assert dump(judge) == before  # no new version, every pair stored as it was
+    assert dict(judge.memory.calibration.mapping) == {3: 2}  # and the one judgments use
+
+    outage.down, outage.answer = set(), scores_three
+    assert judge.invoke({"inputs": "new", "outputs": "new"})["score"] == 2  # still calibrated
+    report = judge.calibrate()
+    assert report.graded == ["c0", "c1", "c2", "c3"] and report.pairs == 4
+    judge.close()
+
+
+def _outage_in(
+    step: str, make_judge: Any, where: Path | str | None
+) -> tuple[MemAlignJudge, Outage, Any]:
+    """A judge with some memory, its provider, and a call during which `step` asks the model."""
+    outage = Outage()
+    model = ScriptedChatModel(responder=outage)
+    if step == "calibrate":  # align grades the cases it stores (integer scales)
+        outage.answer = scores_three
+        judge = make_judge(model=model, path=where, scale=(1, 5), k=0)
+        judge.align(scored(2, 2, 2, 3))
+        return judge, outage, lambda: judge.align(scored(2, 3, start=4))
+    if step in ("validate", "narrow"):
+        # k=0: the memory the judge sees is the guidelines alone. The sweater rule
+        # ("acknowledge ...") fails every reply without "sorry": with it the new rules fix
+        # two seen cases and break three, so validation grades them and asks for narrower
+        # ones (within its call budget).
+        validation = {"mode": "all", "max_calls": 100}
+        judge = make_judge(model=model, path=where, k=0, options={"validation": validation})
+        judge.align([RUDE])
+        return judge, outage, lambda: judge.align([SWEATER, HOURS, CALM, ABROAD])
+    if step == "score_first":
+        judge = make_judge(model=model, path=where)
+        judge.align([SWEATER, HOURS])
+        return judge, outage, lambda: judge.align([RUDE], score_first=True)
+    if step == "consolidate":
+        judge = make_judge(model=model, path=where, guideline_token_budget=50)
+        judge.align([HOURS])
+        parcel = fb("x", "Where is my parcel?", "Lost.", False, LONG)
+        return judge, outage, lambda: judge.align([SWEATER, parcel])
+    assert step == "rederive"  # unalign re-derives a guideline that keeps other sources
+    judge = make_judge(model=model, path=where)
+    judge.align([SWEATER, RUDE])
+    both = judge.guidelines[0].model_copy(update={"source_ids": ("sweater", "rude")})
+    with judge.memory.store.transaction() as conn:
+        judge.memory.store.put_guideline(conn, both, None, 0)
+    judge.memory.refresh_guidelines()
+    return judge, outage, lambda: judge.unalign(["sweater"])
+
+
+# The role that fails in each step (the graders of validation, calibration and score_first
+# are judge calls).
+OUTAGE_ROLES = {
+    "score_first": "judge",
+    "validate": "judge",
+    "narrow": "narrow",
+    "calibrate": "judge",
+    "consolidate": "consolidate",
+    "rederive": "rederive",
+}
+
+
+@pytest.mark.parametrize("step", list(OUTAGE_ROLES))
+def test_a_provider_outage_in_a_step_of_align_or_unalign_changes_nothing(
+    make_judge: Any, where: Path | str | None, step: str
+) -> None:
+    """Only an unusable answer is the step's to absorb (`MalformedOutputError`); the
+    provider failing is the call failing, not a grading to skip, a guideline to drop, a
+    consolidation to put off or a verdict to go without."""
+    judge, outage, call = _outage_in(step, make_judge, where)
+    before, pairs = dump(judge), judge.memory.calibration.pairs
+    outage.down = {OUTAGE_ROLES[step]}
+    with pytest.raises(AlignFailedError, match="rolled back.*chat provider unreachable") as err:
+        call()
+    assert outage.refused  # the step did ask the model
+    assert isinstance(err.value.__cause__, ConnectionError)
+    assert dump(judge) == before and judge.memory.calibration.pairs == pairs
+
+    outage.down = set()
+    call()  # the same call goes through once the provider is back
+    assert dump(judge) != before
+    judge.close()

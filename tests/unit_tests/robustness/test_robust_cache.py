@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
 
 from langchain_memalign import AlignFailedError, MemAlignJudge
-from langchain_memalign.memory.episodic import EpisodicIndex
+from langchain_memalign.memory.episodic import MAGIC, EpisodicIndex
 from langchain_memalign.memory.store import INDEX_FILE, MemoryStore
 
 # Two judges' feedback: same count, different cases.
@@ -64,6 +66,62 @@ def test_foreign_cache_with_the_same_count_is_rejected_and_rebuilt(
     assert (mine / INDEX_FILE).is_file()  # and a fresh one written on close
     again = MemAlignJudge.load(mine, model=model, embeddings=HashEmbeddings())
     assert _index_matches_store(again)
+
+
+def _under_header(path: Path, fields: dict[str, Any]) -> bytes:
+    """The index file at `path` with `fields` written into its header (its digest, of the
+    FAISS bytes, still holds)."""
+    data = path.read_bytes()
+    head = EpisodicIndex.read_header(str(path))
+    start = len(MAGIC) + 4 + struct.unpack("<I", data[len(MAGIC) : len(MAGIC) + 4])[0]
+    forged = json.dumps({**head, **fields}, sort_keys=True).encode()
+    return MAGIC + struct.pack("<I", len(forged)) + forged + data[start:]
+
+
+def test_another_memory_s_cache_under_this_memory_s_header_is_rejected_and_rebuilt(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    """A header is a claim anyone can copy: another judge's index, with the same dimension,
+    count and row ids 1..3, under this memory's identity is caught by its vectors."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    a = make_judge(path=mine)
+    a.align([SWEATER, HOURS, RUDE])
+    a.close()
+    b = make_judge(path=theirs, name="tone")
+    b.align(OTHER)
+    b.close()
+    head = EpisodicIndex.read_header(str(mine / INDEX_FILE))
+    identity = {k: head[k] for k in ("memory_id", "change_seq", "content_version")}
+    (mine / INDEX_FILE).write_bytes(_under_header(theirs / INDEX_FILE, identity))
+    loaded = MemAlignJudge.load(mine, model=model, embeddings=HashEmbeddings())
+    assert _index_matches_store(loaded)
+    assert _retrieval_hits(loaded, [SWEATER, HOURS, RUDE]) == 3
+    assert not (mine / INDEX_FILE).exists()  # the forged file is gone
+    loaded.close()
+    assert EpisodicIndex.read_header(str(mine / INDEX_FILE))["count"] == 3  # a fresh one
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_a_cache_this_memory_wrote_is_used_without_a_rebuild(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The proof a cache gives holds for every cache the memory writes itself: after
+    aligns and an unalign (a tombstone in an HNSW graph), exact or approximate."""
+    judge = make_judge(path=tmp_path, hnsw_threshold=1 if kind == "hnsw" else 50_000)
+    judge.align([SWEATER, HOURS, RUDE])
+    judge.unalign(["hours"])
+    judge.align([OTHER[0], OTHER[1]])
+    assert judge.memory.index.kind == kind
+    judge.close()
+
+    def rebuilt(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the index was rebuilt")
+
+    monkeypatch.setattr(EpisodicIndex, "build", rebuilt)
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert loaded.memory.index.kind == kind and _index_matches_store(loaded)
+    assert _retrieval_hits(loaded, [SWEATER, RUDE, OTHER[0], OTHER[1]]) == 4
+    assert (tmp_path / INDEX_FILE).is_file()
 
 
 def test_stale_cache_from_an_older_version_is_rejected(
