@@ -591,9 +591,11 @@ def plot_curve(summary: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
+    totals = next(iter(summary["runs"].values()))["pooled"]
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
     for kind, points in curve_points(summary).items():
-        ax.plot([n for n, _ in points], [y for _, y in points], marker="o", label=kind)
+        label = f"{kind} (of {totals.get(f'{kind}_n', '?')})"
+        ax.plot([n for n, _ in points], [y for _, y in points], marker="o", label=label)
     ax.set_xlabel("training items a domain (0: unaligned)")
     ax.set_ylabel("correct, pooled over 6 domains")
     ax.set_title("rules.jsonl: ours' learning curve")
