@@ -308,7 +308,9 @@ class EpisodicIndex:
         same stored vectors, and a difference costs only a rebuild.
         """
         theirs_ids = np.asarray(ids, dtype=np.int64)
-        with self._lock:
+        # One thread: normalizing a block is a millisecond's work, and a process opening
+        # its memory would otherwise start (and spin-wait) an OpenMP team for it.
+        with self._lock, _faiss_threads(1):
             if self._index is None or len(self) == 0:
                 return theirs_ids.size == 0
             if vectors is None or len(vectors) != theirs_ids.size or len(self) != theirs_ids.size:
