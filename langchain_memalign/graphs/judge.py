@@ -100,6 +100,8 @@ class JudgeState(TypedDict, total=False):
     # What `run_checks` asked: per check, its rule id, whether it fired and the answers
     # (on a pairwise case, each a pair: first output, second output).
     check_outcomes: list[dict[str, Any]]
+    # The rules those checks settled (`checks.settle`): left out of the holistic prompt.
+    settled: list[str]
     result: dict[str, Any]
 
 
@@ -315,9 +317,8 @@ class JudgeNodes:
                 ).strip()
         if state.get("check_outcomes"):
             metadata["checks"] = state["check_outcomes"]
-            settled = self._settled(state)
-            if settled:
-                metadata["settled"] = sorted(settled)
+        if state.get("settled"):
+            metadata["settled"] = state["settled"]
         # Reported whether or not the model resisted: a graded output that talks to
         # its grader is worth a human look either way.
         addressed = grader_directed(self._case(state))
@@ -404,7 +405,7 @@ class JudgeNodes:
         if not checks:
             return {}
         runs = [self.asker.ask(checks, c, config)[0] for c in self._check_cases(state)]
-        return {"check_outcomes": _outcomes_json(runs)}
+        return self._checked(state, _outcomes_json(runs))
 
     async def arun_checks(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Async twin of `run_checks`."""
@@ -414,7 +415,7 @@ class JudgeNodes:
         runs = await asyncio.gather(
             *(self.asker.aask(checks, c, config) for c in self._check_cases(state))
         )
-        return {"check_outcomes": _outcomes_json([r for r, _ in runs])}
+        return self._checked(state, _outcomes_json([r for r, _ in runs]))
 
     def decided_by_checks(self, state: JudgeState) -> dict[str, Any] | None:
         """The result when a check fired: its consequence (pairwise: the other output wins)."""
@@ -458,23 +459,23 @@ class JudgeNodes:
             }
         }
 
-    def _settled(self, state: JudgeState) -> set[str]:
-        """Rules a check asked about this case settled: it stayed silent on every output.
+    def _checked(self, state: JudgeState, outcomes: list[dict[str, Any]]) -> dict[str, Any]:
+        """The state update of `run_checks`: the outcomes, and the rules they settled.
 
-        A covered rule is settled with the check that covers it. An answer that failed
-        settles nothing.
+        A rule is settled when its check stayed silent on every output; a covered rule
+        with the check that covers it. An answer that failed settles nothing.
         """
+        update: dict[str, Any] = {"check_outcomes": outcomes}
         if not self.memory.config.options.checks.settle:
-            return set()
+            return update
         silent = {
-            o["rule_id"]
-            for o in state.get("check_outcomes") or []
-            if not o.get("error") and not any(_as_list(o["fired"]))
+            o["rule_id"] for o in outcomes if not o.get("error") and not any(_as_list(o["fired"]))
         }
-        if not silent:
-            return silent
-        view = self.memory.snapshot(state.get("memory_seq"))
-        return silent | {gid for gid, c in view.checks.items() if c.covered_by in silent}
+        if silent:
+            view = self.memory.snapshot(state.get("memory_seq"))
+            covered = {gid for gid, c in view.checks.items() if c.covered_by in silent}
+            update["settled"] = sorted(silent | covered)
+        return update
 
     def _working_memory(self, state: JudgeState) -> tuple[list[Guideline], list[Episode]]:
         """The guidelines and past cases the holistic prompt shows (`checks.settle`).
@@ -484,7 +485,7 @@ class JudgeNodes:
         """
         guidelines = state.get("guidelines") or []
         episodes = state.get("episodes") or []
-        settled = self._settled(state)
+        settled = set(state.get("settled") or [])
         if not settled:
             return guidelines, episodes
         checks = self.memory.snapshot(state.get("memory_seq")).checks
