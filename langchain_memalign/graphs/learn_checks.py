@@ -368,10 +368,9 @@ class CheckLearner:
             if head in written:
                 text = next(g.text for g in rules if g.id == gid)
                 written[gid] = [
-                    [c.model_copy(update={"rule_text": text, "consequence": consequences[gid]})
-                     for c in group]
+                    [_for_rule(c, text, consequences[gid]) for c in group]
                     for group in written[head]
-                ]  # fmt: skip
+                ]
         return written, usage, error
 
     def _write_heads(
@@ -638,15 +637,20 @@ def _rule_question(rule_text: str, consequence: Any) -> list[Check]:
     ]
 
 
+def _for_rule(check: Check, rule_text: str, consequence: Any) -> Check:
+    """`check`'s questions as an untested learned candidate for another rule."""
+    return check.model_copy(
+        update={"rule_text": rule_text, "consequence": consequence, "test": None,
+                "covered_by": None, "author": None}
+    )  # fmt: skip
+
+
 def _shared(kept: Sequence[Check], rule_text: str, consequence: Any) -> list[Check]:
     """The checks kept for other rules, as candidates for another rule (distinct questions)."""
     out: dict[tuple[Any, ...], Check] = {}
     for k in kept:
         key = (k.applies, k.broken, k.broken_when, k.exception)
-        out.setdefault(
-            key, k.model_copy(update={"rule_text": rule_text, "consequence": consequence,
-                                      "test": None, "covered_by": None, "author": None})
-        )  # fmt: skip
+        out.setdefault(key, _for_rule(k, rule_text, consequence))
     return list(out.values())
 
 
