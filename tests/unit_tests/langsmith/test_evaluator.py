@@ -18,6 +18,7 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
 from langsmith.evaluation import EvaluationResult  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
+from langsmith_tracing import trace_to  # noqa: E402
 
 from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
 from langchain_memalign.errors import FeedbackConfigMismatchError  # noqa: E402
@@ -356,9 +357,6 @@ def test_write_verdicts_checks_arguments(client: Client, judge: MemAlignJudge) -
         write_verdicts(judge, client)
 
 
-_TRACING_VARS = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING_V2")
-
-
 @pytest.mark.parametrize("tracing", [None, "false", "true"])
 @pytest.mark.parametrize("form", ["the judge", "judge_evaluator", "JudgeRunEvaluator"])
 def test_evaluate_without_upload_stores_none_of_the_judges_runs(
@@ -370,18 +368,8 @@ def test_evaluate_without_upload_stores_none_of_the_judges_runs(
     form: str,
     tracing: str | None,
 ) -> None:
-    # The judge's own LangChain runs go through the process's default client: point it at
-    # the test server, so anything uploaded lands where the test can count it.
-    import langsmith.run_trees as rt
-    from langchain_core.tracers.langchain import wait_for_all_tracers
-
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", server.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    for name in _TRACING_VARS:
-        monkeypatch.delenv(name, raising=False)
-    if tracing is not None:
-        monkeypatch.setenv("LANGSMITH_TRACING", tracing)
-    monkeypatch.setattr(rt, "_CLIENT", None)
+    # The judge's own LangChain runs go through the process's default client.
+    flush = trace_to(monkeypatch, server, tracing)
     evaluator: Any = {
         "the judge": judge,
         "judge_evaluator": judge_evaluator(judge),
@@ -391,9 +379,7 @@ def test_evaluate_without_upload_stores_none_of_the_judges_runs(
         target, data=dataset, evaluators=[evaluator], upload_results=False, client=client
     )
     assert len([r for row in results for r in row["evaluation_results"]["results"]]) == 3
-    wait_for_all_tracers()
-    if rt._CLIENT is not None:
-        rt._CLIENT.flush()
+    flush()
     assert server.runs == {}
     assert not server.feedback
 

@@ -19,6 +19,7 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
 from langsmith import utils as ls_utils  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
+from langsmith_tracing import trace_to  # noqa: E402
 
 from langchain_memalign import MemAlignJudge  # noqa: E402
 from langchain_memalign.langsmith import JudgeMonitor  # noqa: E402
@@ -368,9 +369,6 @@ def test_each_verdict_is_written_once_known_so_a_kill_while_judging_loses_none(
     assert roles.count("judge") == judged + 1
 
 
-_TRACING_VARS = ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING_V2")
-
-
 @pytest.mark.parametrize("tracing", [None, "true"])
 def test_the_judges_own_calls_are_traced_only_when_asked(
     monkeypatch: pytest.MonkeyPatch,
@@ -379,23 +377,10 @@ def test_the_judges_own_calls_are_traced_only_when_asked(
     judge: MemAlignJudge,
     tracing: str | None,
 ) -> None:
-    # Runs traced from the environment go through the process's default client: point it
-    # at the test server, so anything uploaded lands where the test can count it.
-    import langsmith.run_trees as rt
-    from langchain_core.tracers.langchain import wait_for_all_tracers
-
-    monkeypatch.setenv("LANGSMITH_ENDPOINT", server.url)
-    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
-    for name in _TRACING_VARS:
-        monkeypatch.delenv(name, raising=False)
-    if tracing is not None:
-        monkeypatch.setenv("LANGSMITH_TRACING", tracing)
-    monkeypatch.setattr(rt, "_CLIENT", None)
+    flush = trace_to(monkeypatch, server, tracing)
 
     def uploaded() -> set[str]:
-        wait_for_all_tracers()
-        if rt._CLIENT is not None:
-            rt._CLIENT.flush()
+        flush()
         client.flush()
         return set(server.runs)
 

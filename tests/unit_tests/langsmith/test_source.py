@@ -708,6 +708,16 @@ def test_reviews_replaced_by_a_later_one_of_the_same_annotator_are_reported(
     assert str(second.id) in report.skipped[str(first.id)]
 
 
+def _short_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Rate-limit pauses of 0.01 s, and every sleep recorded instead of slept."""
+    from langchain_memalign.langsmith import _api_base
+
+    waits: list[float] = []
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.01)
+    monkeypatch.setattr("time.sleep", lambda s: waits.append(s))
+    return waits
+
+
 def test_a_rate_limit_that_outlasts_the_clients_retries_is_waited_out(
     server: LangSmithTestServer,
     client: Client,
@@ -715,11 +725,7 @@ def test_a_rate_limit_that_outlasts_the_clients_retries_is_waited_out(
     judge: MemAlignJudge,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from langchain_memalign.langsmith import _api_base
-
-    waits: list[float] = []
-    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.01)
-    monkeypatch.setattr("time.sleep", lambda s: waits.append(s))
+    waits = _short_pauses(monkeypatch)
     review = human(server, add_run(server, project, 0), 0, "alice", comment="Cold.")
     # More 429s in a row than the client retries: the first listing fails outright.
     server.inject_failure("/feedback", status=429, method="GET", times=8)
@@ -739,11 +745,7 @@ def test_a_rate_limit_of_the_v2_run_query_is_waited_out_as_v1s_is(
     judge: MemAlignJudge,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from langchain_memalign.langsmith import _api_base
-
-    waits: list[float] = []
-    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.01)
-    monkeypatch.setattr("time.sleep", lambda s: waits.append(s))
+    waits = _short_pauses(monkeypatch)
     review = human(server, add_run(server, project, 0), 0, "alice", comment="Cold.")
     # More 429s in a row than the v2 resource retries (three requests a call).
     server.inject_failure("/v2/runs/query", status=429, times=4)

@@ -46,9 +46,8 @@ def _index_matches_store(judge: MemAlignJudge) -> bool:
     return bool(np.allclose(got, norm, atol=1e-5))
 
 
-def test_foreign_cache_with_the_same_count_is_rejected_and_rebuilt(
-    make_judge: Any, model: Any, tmp_path: Path
-) -> None:
+def _two_memories(make_judge: Any, tmp_path: Path) -> tuple[Path, Path]:
+    """Two closed folders of other judges, 3 cases each (row ids 1..3): mine, theirs."""
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
     a = make_judge(path=mine)
     a.align([SWEATER, HOURS, RUDE])
@@ -56,6 +55,13 @@ def test_foreign_cache_with_the_same_count_is_rejected_and_rebuilt(
     b = make_judge(path=theirs, name="tone")
     b.align(OTHER)
     b.close()
+    return mine, theirs
+
+
+def test_foreign_cache_with_the_same_count_is_rejected_and_rebuilt(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    mine, theirs = _two_memories(make_judge, tmp_path)
     # Another judge's cache, same number of vectors, same row ids 1..3.
     shutil.copy(theirs / INDEX_FILE, mine / INDEX_FILE)
     loaded = MemAlignJudge.load(mine, model=model, embeddings=HashEmbeddings())
@@ -83,13 +89,7 @@ def test_another_memory_s_cache_under_this_memory_s_header_is_rejected_and_rebui
 ) -> None:
     """A header is a claim anyone can copy: another judge's index, with the same dimension,
     count and row ids 1..3, under this memory's identity is caught by its vectors."""
-    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
-    a = make_judge(path=mine)
-    a.align([SWEATER, HOURS, RUDE])
-    a.close()
-    b = make_judge(path=theirs, name="tone")
-    b.align(OTHER)
-    b.close()
+    mine, theirs = _two_memories(make_judge, tmp_path)
     head = EpisodicIndex.read_header(str(mine / INDEX_FILE))
     identity = {k: head[k] for k in ("memory_id", "change_seq", "content_version")}
     (mine / INDEX_FILE).write_bytes(_under_header(theirs / INDEX_FILE, identity))
