@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.rate_limiters import BaseRateLimiter
@@ -401,11 +401,18 @@ class JudgeNodes:
 
     def run_checks(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Ask the checks of the guidelines shown about the case."""
+        return self._ask_checks(state, config)[0]
+
+    def _ask_checks(
+        self, state: JudgeState, config: RunnableConfig
+    ) -> tuple[dict[str, Any], Usage]:
+        """`run_checks`' state update, and what asking cost."""
         checks = self._checks_to_ask(state)
         if not checks:
-            return {}
-        runs = [self.asker.ask(checks, c, config)[0] for c in self._check_cases(state)]
-        return self._checked(state, _outcomes_json(runs))
+            return {}, Usage()
+        asked = [self.asker.ask(checks, c, config) for c in self._check_cases(state)]
+        usage = Usage.sum(cost for _, cost in asked)
+        return self._checked(state, _outcomes_json([runs for runs, _ in asked])), usage
 
     async def arun_checks(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Async twin of `run_checks`."""
@@ -516,12 +523,16 @@ class JudgeNodes:
         """The verdict `judge` gives, with the model even on a case experts graded; its cost.
 
         For scoring a case before the judge learns it (`align(score_first=True)`): an
-        expert verdict reused would measure the memory, not the judge.
+        expert verdict reused would measure the memory, not the judge. Its checks are
+        asked as `run_checks` asks them.
         """
-        verdict = self.grade(
-            self._case(state), state.get("guidelines") or [], state.get("episodes") or [], config
-        )
-        return self._result(state, verdict)["result"]["score"], verdict.usage
+        checked, usage = self._ask_checks(state, config)
+        state = cast(JudgeState, {**state, **checked})
+        decided = self.decided_by_checks(state)
+        if decided is not None:
+            return decided["result"]["score"], usage
+        verdict = self.grade(self._case(state), *self._working_memory(state), config)
+        return self._result(state, verdict)["result"]["score"], usage + verdict.usage
 
     async def ajudge(self, state: JudgeState, config: RunnableConfig) -> dict[str, Any]:
         """Async twin of `judge`."""
