@@ -67,9 +67,10 @@ def default_consequence(scale: Scale, values: Sequence[Any]) -> Any:
     """The verdict a learned check gives, read from its rule's source cases (None: no check).
 
     Pass/fail: fail, if a source case failed. Numbers: the middle of the lower half of the
-    source scores (the cases that broke the rule score lowest), unless all sit at the
-    top of the scale. Categories: the commonest source label. Pairwise: None, since the
-    output that breaks the rule loses.
+    source scores (the cases that broke the rule score lowest), if it lies in the lower
+    half of the scale: like a fail, a broken rule decides a verdict only where it marks
+    the answer bad, not where it would give a middling score. Categories: the commonest
+    source label. Pairwise: None, since the output that breaks the rule loses.
     """
     if scale.kind == "bool":
         return False if any(v is False for v in values) else None
@@ -79,6 +80,8 @@ def default_consequence(scale: Scale, values: Sequence[Any]) -> Any:
             return None
         lower = [v for v in nums if v <= statistics.median(nums)]
         mid = statistics.median(lower)
+        if scale.low is not None and scale.high is not None and mid >= (scale.low + scale.high) / 2:
+            return None
         return round(mid) if scale.integer else mid
     if scale.kind == "categorical":
         return Counter(values).most_common(1)[0][0] if values else None

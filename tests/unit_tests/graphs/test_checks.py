@@ -87,6 +87,9 @@ def test_consequence_is_read_from_the_source_cases() -> None:
     assert default_consequence(Scale.of(bool), [True, True]) is None
     assert default_consequence(Scale.of((1, 5)), [5, 1, 2, 4]) == 2
     assert default_consequence(Scale.of((1, 5)), [5, 5]) is None
+    # A middling score is no verdict a broken rule decides: 3 on 1-5 gives no check.
+    assert default_consequence(Scale.of((1, 5)), [3, 4]) is None
+    assert default_consequence(Scale.of((0, 10)), [2, 8]) == 2
     assert default_consequence(Scale.of(["good", "bad"]), ["bad", "bad", "good"]) == "bad"
     assert default_consequence(Scale.of("pairwise"), ["A"]) is None
 
