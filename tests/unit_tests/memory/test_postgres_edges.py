@@ -177,7 +177,7 @@ def test_staleness_zero_does_not_wait_for_a_writer_of_its_own_process(
         ("postgresql://%%%/db", "invalid percent-encoded token"),
         ("postgresql://bob:s3cret%zzpw@127.0.0.1/db", "invalid percent-encoded token"),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?jugde=a", 'invalid URI query parameter: "jugde"'),
-        ("postgresql://bob:s3cretpw@[::1/db", "malformed memory URL"),
+        ("postgresql://bob:s3cretpw@[::1/db", "malformed PostgreSQL URL"),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?sslmode=bogus", 'invalid sslmode value: "bogus"'),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?schema=Team_A", "schema 'Team_A'"),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?schema=a;drop", "schema 'a;drop'"),
