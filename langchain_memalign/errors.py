@@ -211,9 +211,13 @@ class MemoryReadOnlyError(MemAlignError, OSError):
 
 
 class MemoryPermissionError(MemoryFormatError):
-    """PostgreSQL refused the URL's role an action on a memory: a privilege is missing.
+    """PostgreSQL refused the URL's role: authentication failed, or a privilege is missing.
 
-    Only for a `postgresql://` memory: raised by opening, judging, `align`,
+    Only for a `postgresql://` memory. Opening raises it as soon as the server
+    refuses to authenticate the URL's role (a wrong password, no `pg_hba.conf`
+    entry, no such role: SQLSTATE 28P01 or 28000; the message says
+    "authentication failed" and names the role), without retrying until
+    `open_timeout`: a wrong password stays wrong. It is also raised by opening, judging, `align`,
     `unalign` or `save` when the role lacks a privilege the action needs (no
     `USAGE` on the URL's schema, `SELECT` only where a write was asked,
     no `CREATE` where the tables or the schema are to be created). The

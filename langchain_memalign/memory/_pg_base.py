@@ -99,11 +99,33 @@ def _refused_by_client(error: BaseException) -> bool:
     return bool(_REFUSED_BY_CLIENT.match(text)) and "connection to server" not in text
 
 
+# What libpq says when the server refused to authenticate the role (SQLSTATE 28P01
+# invalid_password, 28000 invalid_authorization_specification), or when libpq
+# could not answer the server's request for a password.
+_AUTHENTICATION_REFUSED = re.compile(
+    r"FATAL:.*(?:authentication failed|pg_hba\.conf|role \S+ does not exist|"
+    r"not permitted to log in)|fe_sendauth:|password retrieved from file",
+    re.IGNORECASE,
+)
+
+
+def _refused_authentication(error: BaseException | None) -> bool:
+    """Whether a failed connection attempt is the server refusing the URL's credentials.
+
+    psycopg gives no SQLSTATE for errors while connecting (libpq keeps the
+    server's 28P01 or 28000 to itself), only libpq's text; a server whose
+    messages are translated (`lc_messages`) is not recognized, and opening
+    then waits `open_timeout` as for any other refusal.
+    """
+    return error is not None and bool(_AUTHENTICATION_REFUSED.search(str(error)))
+
+
 def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> Any:
-    """A connection class for the pool that keeps the connection errors libpq decides alone.
+    """A connection class for the pool that keeps the connection errors no retry can fix.
 
     The pool retries every failed connection in its own threads and only logs
-    why; opening watches this list to give up at once on a URL no retry can fix.
+    why; opening watches this list to give up at once on a URL libpq refuses
+    alone, or whose credentials the server refuses.
     """
 
     class RecordingConnection(psycopg.Connection):  # type: ignore[misc]
@@ -112,7 +134,7 @@ def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> 
             try:
                 return super().connect(conninfo, **kwargs)
             except psycopg.Error as e:
-                if _refused_by_client(e):
+                if _refused_by_client(e) or _refused_authentication(e):
                     refusals.append(e)
                 raise
 
@@ -161,6 +183,22 @@ def safe_cause(cause: BaseException, target: PostgresTarget) -> BaseException | 
             return None
         seen = seen.__cause__ or seen.__context__
     return cause
+
+
+def _authentication_error(target: PostgresTarget, why: BaseException) -> MemoryPermissionError:
+    """The error of a server that refused to authenticate the URL's role."""
+    psycopg, _ = _psycopg()
+    try:
+        role = psycopg.conninfo.conninfo_to_dict(target.conninfo).get("user")
+    except psycopg.Error:
+        role = None
+    # Without a user in the URL libpq logs in as the operating system's user.
+    who = f"role {role!r}" if role else "the URL's role"
+    return MemoryPermissionError(
+        f"{target.describe()}: PostgreSQL refused to authenticate {who}: "
+        f"authentication failed ({target.redact(str(why).strip())}); check the user and "
+        "password of the URL (retrying cannot help)"
+    )
 
 
 @dataclass
@@ -232,6 +270,8 @@ class PostgresBase(Store):
             # a server that refuses this URL (no such database, authentication) from
             # one that cannot be reached.
             why = _connect_error(psycopg, target)
+            if why is not None and _refused_authentication(why):
+                raise _authentication_error(target, why) from safe_cause(e, target)
             if _refused_by_server(why):
                 raise MemoryFormatError(
                     f"{target.describe()}: cannot connect to PostgreSQL ({target.redact(str(why))})"
@@ -265,6 +305,9 @@ class PostgresBase(Store):
         while True:
             if refusals:
                 why = refusals[0]
+                if _refused_authentication(why):
+                    # A wrong password stays wrong: no retry until open_timeout.
+                    raise _authentication_error(target, why) from safe_cause(why, target)
                 raise MemoryFormatError(
                     f"{target.describe()}: malformed PostgreSQL URL ({target.redact(str(why))})"
                 ) from safe_cause(why, target)

@@ -10,6 +10,7 @@ PostgreSQL server with one role that needs a password.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -18,10 +19,16 @@ from typing import Any
 import pytest
 from fakes import HashEmbeddings
 
-from langchain_memalign import MemAlignJudge, MemoryFormatError, MemoryUnavailableError
+from langchain_memalign import (
+    MemAlignJudge,
+    MemoryFormatError,
+    MemoryPermissionError,
+    MemoryUnavailableError,
+)
 from langchain_memalign._redact import redact, secrets_of
 from langchain_memalign.cli import main
 from langchain_memalign.memory.location import PostgresTarget, describe_location
+from langchain_memalign.memory.postgres import PostgresStore
 
 SECRET = "Tr0ub4dor-S3cret"
 OTHER = "Corr3ct-H0rse"
@@ -158,6 +165,18 @@ def test_no_open_error_shows_a_credential(
             assert "127.0.0.1" in str(e.value)
     logged = caplog.text + "".join(str(r.args) for r in caplog.records)
     assert not _leaks(logged) and "Xq9" not in logged
+
+
+def test_a_wrong_password_fails_fast_and_says_so(pg_server: Any, password_role: str) -> None:
+    # The default open_timeout (30 s): the pool would retry a wrong password until then.
+    url = f"postgresql://{password_role}:{SECRET}@127.0.0.1:{pg_server.port}/postgres"
+    for opening in (PostgresStore.create, PostgresStore.open):
+        started = time.monotonic()
+        with pytest.raises(MemoryPermissionError, match="authentication failed") as e:
+            opening(url)
+        assert time.monotonic() - started < 10
+        assert not _leaks(_everything(e.value))
+        assert "memalign_pw" in str(e.value)  # names the role PostgreSQL refused
 
 
 def test_messages_about_a_stored_judge_hide_the_password(
