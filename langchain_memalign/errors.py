@@ -160,7 +160,9 @@ class MemoryFormatError(MemAlignError):
     a stored configuration that is invalid or has a number outside the
     accepted bounds (the message names the field), a damaged row. It is also
     raised when an existing folder holds another judge (different name, scale
-    or embedded text). A damaged `episodes.faiss` cache never raises: it is
+    or embedded text), and by `save` into a folder or database judge that
+    holds the memory of a judge of another name or scale (nothing is written;
+    `save(..., overwrite=True)` replaces it). A damaged `episodes.faiss` cache never raises: it is
     rebuilt from the stored vectors.
 
     A memory that is merely busy (`MemoryBusyError`), on a full disk

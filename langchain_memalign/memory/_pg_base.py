@@ -648,6 +648,24 @@ class PostgresBase(Store):
                 (self.judge, key, json.dumps(value, allow_nan=False)),
             )
 
+    def set_metas(self, values: dict[str, Any]) -> None:
+        """Set several JSON values in the meta table in one statement: all of them or none."""
+        if any(key in (*_ROW_META, "schema_version") for key in values):
+            raise ValueError(f"meta.{', '.join(values)}: some are kept by the store itself")
+        if not values:
+            return
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO memalign_meta(judge, key, value) VALUES "
+                + ", ".join(["(%s, %s, %s)"] * len(values))
+                + " ON CONFLICT (judge, key) DO UPDATE SET value=excluded.value",
+                [
+                    x
+                    for k, v in values.items()
+                    for x in (self.judge, k, json.dumps(v, allow_nan=False))
+                ],
+            )
+
     def change_seq(self) -> int:
         """The number of committed changes (the memory's version number)."""
         seq = self.get_meta("change_seq")
