@@ -179,7 +179,9 @@ class MemoryBusyError(MemAlignError, TimeoutError):
     transaction, a write waits for it (SQLite's busy timeout, 5 s) and then
     raises this error, as does a read that meets the other writer's commit
     for that long. On a `postgresql://` memory it is a statement that waited
-    longer than the role's `lock_timeout`. The memory is not damaged and the
+    longer than the role's `lock_timeout`, or a call that found every
+    connection of the process's pool (`pool_size`) in use for the pool's
+    wait (30 s). The memory is not damaged and the
     failed call changed nothing: retry it once the other writer is done.
     Also a `TimeoutError`, so generic retry code handles it.
     """

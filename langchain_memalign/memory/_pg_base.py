@@ -223,6 +223,7 @@ class PostgresBase(Store):
     def __init__(self, target: PostgresTarget) -> None:
         psycopg, psycopg_pool = _psycopg()
         self._psycopg = psycopg
+        self._pool_timeout: type[Exception] = psycopg_pool.PoolTimeout
         self.target = target
         self.judge = target.judge
         self.staleness = target.staleness
@@ -364,6 +365,14 @@ class PostgresBase(Store):
         """
         role = None
         try:
+            writer = getattr(self._local, "writer", None)
+            if writer is not None:
+                # This thread holds the writers' lock: its connection serves the
+                # writer too, so an align holds one connection of the pool, not two
+                # (with `pool_size=1` the second would never come).
+                role = writer.info.user
+                yield writer
+                return
             with self._pool.connection() as conn:
                 role = conn.info.user
                 yield conn
@@ -388,6 +397,15 @@ class PostgresBase(Store):
             raise kind(
                 f"{self._where()}: {why} ({self.target.redact(str(e).strip())}); "
                 "nothing was changed"
+            ) from safe_cause(e, self.target)
+        except self._pool_timeout as e:
+            # Every connection of the pool stayed in use (by aligns and judgments of
+            # this process) for the pool's wait: the server is fine, the pool is busy.
+            raise MemoryBusyError(
+                f"{self._where()}: every connection of this process's pool "
+                f"(pool_size={self.target.pool_size}) stayed in use for "
+                f"{self._pool.timeout:g} s ({self.target.redact(str(e).strip())}); nothing "
+                "was changed. Retry, or raise pool_size in the URL."
             ) from safe_cause(e, self.target)
         except self._psycopg.OperationalError as e:
             state = getattr(e, "sqlstate", None)
@@ -601,16 +619,23 @@ class PostgresBase(Store):
     def lock_writers(self) -> Iterator[None]:
         """Hold the judge's writer lock (a session advisory lock) for a whole align or unalign.
 
-        The lock lives on a connection of its own, so it is released even if
-        the process dies (PostgreSQL drops a closed session's locks).
+        The lock lives on a session, so it is released even if the process
+        dies (PostgreSQL drops a closed session's locks). The thread that holds
+        it reads and writes through that same connection (`_pooled`), the
+        align's transaction (`atomic`) included: one align holds one connection
+        of the pool, and judgments of other threads use the others.
         """
+        if getattr(self._local, "writer", None) is not None:
+            raise RuntimeError("the writers' lock is not re-entrant")
         with self._pooled() as conn:
             conn.execute(
                 "SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self._lock_name)
             )
+            self._local.writer = conn
             try:
                 yield
             finally:
+                self._local.writer = None
                 conn.execute(
                     "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, self._lock_name)
                 )
