@@ -1,12 +1,21 @@
 """Credentials out of every message, log record, repr and traceback: `redact`.
 
-A memory URL may carry a password in three places: the user-info part
-(`postgresql://alice:pw@host/db`), the query string (`?password=pw`,
-`?sslpassword=...`), and, once a driver has taken the URL apart, in its own
-words (libpq quotes a fragment it cannot parse, a connection string is shown
-as `password=pw`). Every place this package shows a URL or a location, or
-text that may hold one (an error of the driver, a log record of the pool),
-passes it through `redact`, the one function that knows all of them.
+A PostgreSQL location may carry a password in three places: the user info of
+a URL (`postgresql://alice:pw@host/db`), its query string (`?password=pw`,
+`?sslpassword=...`), and the `password=...` pair of a libpq key=value
+connection string. Every place this package shows a location, or text that may
+hold one (an error of the driver, a log record of the pool), passes it through
+`redact`, the one function that knows all of them.
+
+A location is parsed as libpq parses it, not matched by patterns: a URL's user
+info ends at its first `@` or `/` (libpq reads `#`, `?`, quotes and spaces
+before it as part of the password, and no fragment), its query starts at the
+first `?` after that, a key=value string is split into its quoted and escaped
+values. A password libpq reads otherwise than its writer meant (an unencoded
+`@` or `/` in it) is masked the way each reading cuts it: from the user
+name's `:` to the last `@` before the query. Text that quotes the location is
+then scrubbed of every secret value of it, as written, as libpq decodes it,
+and in the pieces a parser may quote ("invalid port number: "pa"").
 
 Which query parameters are secret is decided by name: libpq's `password`
 and `sslpassword`, and any other whose name says it is one (`pass`,
@@ -19,129 +28,215 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Iterator
 from urllib.parse import unquote
 
-__all__ = ["MASK", "redact", "redact_logs", "secrets_of"]
+__all__ = ["MASK", "mask_location", "redact", "redact_logs", "secrets_of", "split_uri"]
 
 MASK = "***"
 
+# The URI designators libpq accepts.
+_URI_PREFIXES = ("postgresql://", "postgres://")
 # A query or connection-string parameter whose value is a secret, by its name.
 _SECRET_NAME = re.compile(r"pass|secret|token|credential|(?:^|_)key$|^auth", re.IGNORECASE)
-# A URL inside free text: a scheme, `://`, then anything up to white space or a quote.
+# A URL inside free text (a location quoted without being named as a source).
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]*")
-# A parameter of a libpq key=value connection string, or of a query string quoted alone.
-_PAIR = re.compile(r"([A-Za-z_][\w.\-]*)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&'\",;)]*)")
-# Where a URL parser may cut a password in pieces.
-_DELIMITERS = re.compile(r"[/?#@:&=]")
+# Where a parser may cut a password in pieces (and quote one of them).
+_DELIMITERS = re.compile(r"[/?#@:&=\s'\"\\,;]")
 # Where a URL's query starts: the first `?name=` or `&name=`.
 _QUERY_START = re.compile(r"[?&][\w.\-]+=")
+# A key of a key=value connection string, then its `=`.
+_KEY = re.compile(r"\s*([A-Za-z_][\w.\-]*)\s*=\s*")
 
 
-def _userinfo_end(rest: str) -> int:
-    """Where a URL's user info ends (the index of its `@`), or -1 if it has none.
+def split_uri(url: str) -> tuple[int, int, int] | None:
+    """How libpq reads a `postgresql://` URI: (end of its user info, start of its query).
 
-    The most generous of three readings, so that a password is masked however a
-    parser splits it: libpq's (up to the first `@` or `/`), urllib's (the last
-    `@` before the first `/`, `?` or `#`), and a password with `/` or `?` in it
-    (the last `@` before the query's first `name=`).
+    Indexes into `url`, as a 3-tuple (start of the text after the scheme, end
+    of the user info: the index after its `@`, or that start if it has none,
+    and the index of the query's `?`, or len(url)); None if `url` is not a URI
+    libpq accepts. libpq's grammar: the user info runs to the first `@` unless
+    a `/` comes first, and the host, port and database all end at a `?`.
     """
-    ends: list[int] = []
-    libpq = re.search(r"[@/]", rest)
-    if libpq is not None and libpq.group() == "@":
-        ends.append(libpq.start())
-    stop = re.search(r"[/?#]", rest)
-    ends.append(rest.rfind("@", 0, stop.start() if stop else len(rest)))
-    query = _QUERY_START.search(rest)
-    ends.append(rest.rfind("@", 0, query.start() if query else len(rest)))
-    return max(ends)
+    prefix = next((p for p in _URI_PREFIXES if url.startswith(p)), None)
+    if prefix is None:
+        return None
+    start = len(prefix)
+    at = re.compile(r"[@/]").search(url, start)
+    user_end = at.end() if at is not None and at.group() == "@" else start
+    query = url.find("?", user_end)
+    return start, user_end, query if query >= 0 else len(url)
 
 
-def _split_url(url: str) -> tuple[str, int, int, int]:
-    """(prefix up to `://`, start and end of the password, start of the query) of `url`.
+def _password_span(url: str) -> tuple[int, int, int]:
+    """(start, end) of the password of a URI however a parser reads it, and its query start.
 
-    Indexes are into `url`; an absent password has start == end, an absent
-    query starts at len(url).
+    The widest of three readings, so that a password is masked however it is
+    cut: libpq's (`split_uri`), urllib's (the last `@` before the first `/`,
+    `?` or `#`), and the writer's (the last `@` before the query's first
+    `name=`: a password with an unencoded `/`, `?` or `@`).
     """
-    head, sep, rest = url.partition("://")
-    if not sep:
-        return "", 0, 0, len(url)
-    base = len(head) + len(sep)
-    end = _userinfo_end(rest)
-    start = end
-    if end >= 0:
-        colon = rest.find(":", 0, end)
-        start = colon + 1 if colon >= 0 else end
-    query = rest.find("?", max(end, 0))
-    end = max(end, 0)
-    return url[:base], base + max(start, 0), base + end, base + query if query >= 0 else len(url)
+    start = url.index("://") + 3
+    ends = []
+    libpq = split_uri(url)
+    if libpq is not None and libpq[1] > libpq[0]:
+        ends.append(libpq[1] - 1)
+    stop = re.compile(r"[/?#]").search(url, start)
+    ends.append(url.rfind("@", start, stop.start() if stop else len(url)))
+    named = _QUERY_START.search(url, start)
+    ends.append(url.rfind("@", start, named.start() if named else len(url)))
+    end = max(ends)
+    if end < 0:
+        query = url.find("?", start)
+        return start, start, query if query >= 0 else len(url)
+    colon = url.find(":", start, end)
+    query = url.find("?", end)
+    return (colon + 1 if colon >= 0 else end), end, query if query >= 0 else len(url)
 
 
-def _secret_pairs(text: str) -> list[tuple[int, int]]:
-    """Spans of the values of secret-named `name=value` pairs in `text`."""
-    return [
-        (m.start(3), m.end(3))
-        for m in _PAIR.finditer(text)
-        if _SECRET_NAME.search(m.group(1)) and m.group(3)
-    ]
+def _query_secrets(url: str, query: int) -> Iterator[tuple[int, int]]:
+    """Spans of the values of secret-named parameters of the query starting at `query`."""
+    pos = query + 1
+    while pos <= len(url):
+        amp = url.find("&", pos)
+        piece_end = len(url) if amp < 0 else amp
+        key, eq, _ = url[pos:piece_end].partition("=")
+        if eq and _SECRET_NAME.search(unquote(key)) and piece_end > pos + len(key) + 1:
+            yield pos + len(key) + 1, piece_end
+        pos = piece_end + 1
 
 
-def secrets_of(url: str) -> list[str]:
-    """The credentials of a URL or connection string, as written and percent-decoded."""
-    found: list[str] = []
-    _, start, end, query = _split_url(url)
-    spans = ([(start, end)] if end > start else []) + [
-        (query + s, query + e) for s, e in _secret_pairs(url[query:])
-    ]
-    if not url.partition("://")[1]:  # a key=value connection string
-        spans = _secret_pairs(url)
-    for s, e in spans:
-        raw = url[s:e]
-        values = [raw, unquote(raw), raw.strip("'")]
-        # A parser that splits the URL elsewhere quotes pieces of it ("invalid port
-        # number: "pa"" for the password `pa/ss`): the pieces are secrets too.
-        values += [p for v in values[:2] for p in _DELIMITERS.split(v) if len(p) > 1]
-        for value in values:
-            if value and value not in found:
-                found.append(value)
-    return found
+def _dsn_values(text: str) -> Iterator[tuple[str, int, int, str]]:
+    """(key, value start, value end, value as libpq unescapes it) of a key=value string.
+
+    libpq's grammar: `key = value` pairs separated by white space, a value
+    either bare (up to white space) or single-quoted, a backslash escaping the
+    next character in both.
+    """
+    pos = 0
+    while True:
+        m = _KEY.match(text, pos)
+        if m is None:
+            return
+        start = i = m.end()
+        quoted = i < len(text) and text[i] == "'"
+        i += quoted
+        value: list[str] = []
+        while i < len(text):
+            c = text[i]
+            if c == "\\" and i + 1 < len(text):
+                value.append(text[i + 1])
+                i += 2
+                continue
+            if (quoted and c == "'") or (not quoted and c.isspace()):
+                break
+            value.append(c)
+            i += 1
+        end = i + 1 if quoted and i < len(text) else i
+        yield m.group(1), start, end, "".join(value)
+        pos = end
 
 
-def _mask_url(url: str) -> str:
-    _, start, end, query = _split_url(url)
-    out = url[:start] + (MASK if end > start else "") + url[end:query]
-    tail = url[query:]
-    last = 0
-    for s, e in _secret_pairs(tail):
-        out += tail[last:s] + MASK
+def _secret_spans(location: str) -> list[tuple[int, int]]:
+    """Spans of `location` (a URI or a key=value string) that hold a credential."""
+    if "://" in location:
+        start, end, query = _password_span(location)
+        spans = [(start, end)] if end > start else []
+        return spans + list(_query_secrets(location, query))
+    return [(s, e) for key, s, e, _ in _dsn_values(location) if _SECRET_NAME.search(key) and e > s]
+
+
+def mask_location(location: str) -> str:
+    """A location (URI or key=value string) with every credential replaced by `***`."""
+    out, last = [], 0
+    for s, e in _secret_spans(location):
+        out += [location[last:s], MASK]
         last = e
-    return out + tail[last:]
+    return "".join(out) + location[last:]
 
 
-def _mask_pairs(text: str) -> str:
-    out, last = "", 0
-    for s, e in _secret_pairs(text):
-        out += text[last:s] + MASK
-        last = e
-    return out + text[last:]
+def _libpq_secrets(location: str) -> list[str]:
+    """The secret values of `location` exactly as libpq reads them (if psycopg is installed)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return []
+    try:
+        params = conninfo_to_dict(location)
+    except Exception:  # a location libpq refuses has no reading of its own
+        return []
+    return [str(v) for k, v in params.items() if v and _SECRET_NAME.search(k)]
+
+
+def secrets_of(location: str) -> list[str]:
+    """The credentials of a URI or key=value string: as written, decoded, and in pieces."""
+    values: list[str] = []
+    for s, e in _secret_spans(location):
+        raw = location[s:e]
+        values += [raw, unquote(raw)]
+    if "://" not in location:
+        values += [v for key, _, _, v in _dsn_values(location) if _SECRET_NAME.search(key)]
+    values += _libpq_secrets(location)
+    # A parser that splits the location elsewhere quotes pieces of it ("invalid port
+    # number: "pa"" for the password `pa/ss`): the pieces are secrets too.
+    values += [p for v in list(values) for p in _DELIMITERS.split(v) if len(p) > 1]
+    return list(dict.fromkeys(v for v in values if v))
+
+
+def _free_text_url(text: str, m: re.Match[str]) -> int:
+    """Where a URL found in free text ends: past a user info cut by a space or a quote.
+
+    A password may hold characters that end a URL in prose; a PostgreSQL URL
+    whose match holds no `@` but whose line has one later is taken up to that
+    `@`'s host, so that its password is masked with it.
+    """
+    end = m.end()
+    if split_uri(m.group()) is None or "@" in m.group():
+        return end
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    at = text.rfind("@", end, line_end)
+    if at < 0:
+        return end
+    host = re.compile(r"[^\s'\"<>`]*").match(text, at + 1)
+    return host.end() if host is not None else at + 1
 
 
 def redact(text: str, *sources: str) -> str:
     """`text` with every credential it may hold replaced by `***`.
 
-    Masked: in every URL inside `text`, the password of its user info and the
-    values of its secret query parameters; every secret `name=value` pair
-    (`password=...` of a libpq connection string); and, anywhere in the
-    rest of the text, every credential of the URLs in `sources` (a driver's
-    message may quote a piece of a URL it could not parse).
+    `sources` are the locations (URLs, key=value strings) `text` may quote
+    or have been derived from: each one quoted whole is masked as parsed
+    (`mask_location`), then every credential of them is masked wherever it
+    is in the text. Also masked, sources or not: the credentials of every
+    other URL in the text and every secret `name=value` pair (`password=...`).
     """
     secrets = sorted({s for src in sources for s in secrets_of(src)}, key=len, reverse=True)
+    for source in sorted(set(sources), key=len, reverse=True):
+        if source:
+            text = text.replace(source, mask_location(source))
+    out, last, pos = [], 0, 0
+    while (m := _URL.search(text, pos)) is not None:
+        end = _free_text_url(text, m)
+        out += [_mask_pairs(text[last : m.start()]), mask_location(text[m.start() : end])]
+        last = pos = end
+    out.append(_mask_pairs(text[last:]))
+    return _scrub("".join(out), secrets)
+
+
+def _mask_pairs(text: str) -> str:
+    """`text` with the value of every secret-named `name=value` pair masked."""
     out, last = [], 0
-    for m in _URL.finditer(text):
-        out.append(_scrub(_mask_pairs(text[last : m.start()]), secrets))
-        out.append(_mask_url(m.group()))
-        last = m.end()
-    out.append(_scrub(_mask_pairs(text[last:]), secrets))
-    return "".join(out)
+    for m in re.finditer(r"[A-Za-z_][\w.\-]*\s*=", text):
+        if m.start() < last or not _SECRET_NAME.search(m.group().rstrip("= ")):
+            continue
+        for _, s, e, _ in _dsn_values(text[m.start() :]):
+            s, e = m.start() + s, m.start() + e
+            if e > s:
+                out += [text[last:s], MASK]
+                last = e
+            break
+    return "".join(out) + text[last:]
 
 
 def _scrub(text: str, secrets: list[str]) -> str:

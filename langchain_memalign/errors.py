@@ -160,7 +160,9 @@ class MemoryFormatError(MemAlignError):
     a stored configuration that is invalid or has a number outside the
     accepted bounds (the message names the field), a damaged row. It is also
     raised when an existing folder holds another judge (different name, scale
-    or embedded text). A damaged `episodes.faiss` cache never raises: it is
+    or embedded text), and by `save` into a folder or database judge that
+    holds the memory of a judge of another name or scale (nothing is written;
+    `save(..., overwrite=True)` replaces it). A damaged `episodes.faiss` cache never raises: it is
     rebuilt from the stored vectors.
 
     A memory that is merely busy (`MemoryBusyError`), on a full disk
@@ -177,7 +179,9 @@ class MemoryBusyError(MemAlignError, TimeoutError):
     transaction, a write waits for it (SQLite's busy timeout, 5 s) and then
     raises this error, as does a read that meets the other writer's commit
     for that long. On a `postgresql://` memory it is a statement that waited
-    longer than the role's `lock_timeout`. The memory is not damaged and the
+    longer than the role's `lock_timeout`, or a call that found every
+    connection of the process's pool (`pool_size`) in use for the pool's
+    wait (30 s). The memory is not damaged and the
     failed call changed nothing: retry it once the other writer is done.
     Also a `TimeoutError`, so generic retry code handles it.
     """
@@ -211,9 +215,13 @@ class MemoryReadOnlyError(MemAlignError, OSError):
 
 
 class MemoryPermissionError(MemoryFormatError):
-    """PostgreSQL refused the URL's role an action on a memory: a privilege is missing.
+    """PostgreSQL refused the URL's role: authentication failed, or a privilege is missing.
 
-    Only for a `postgresql://` memory: raised by opening, judging, `align`,
+    Only for a `postgresql://` memory. Opening raises it as soon as the server
+    refuses to authenticate the URL's role (a wrong password, no `pg_hba.conf`
+    entry, no such role: SQLSTATE 28P01 or 28000; the message says
+    "authentication failed" and names the role), without retrying until
+    `open_timeout`: a wrong password stays wrong. It is also raised by opening, judging, `align`,
     `unalign` or `save` when the role lacks a privilege the action needs (no
     `USAGE` on the URL's schema, `SELECT` only where a write was asked,
     no `CREATE` where the tables or the schema are to be created). The

@@ -614,16 +614,21 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
     # -- persistence --------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> Path | str:
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path | str:
         """Write the memory to a folder, atomically; returns the folder.
 
         `path` may be a `postgresql://` URL (returned as given): the judge named
         there becomes a copy of this memory, in one transaction. Copies work in
-        both directions between folders and databases. A folder that cannot be
-        written raises `MemoryReadOnlyError`, a full disk `MemoryFullError` (both
-        `OSError`s); the previous folder is left whole.
+        both directions between folders and databases.
+
+        A folder (or a URL's judge) that already holds the memory of a judge of
+        another name or scale raises `MemoryFormatError` and is left as it is,
+        unless `overwrite=True`: then it is replaced by this judge's memory.
+        Saving over an older copy of this same judge needs no flag. A folder
+        that cannot be written raises `MemoryReadOnlyError`, a full disk
+        `MemoryFullError` (both `OSError`s); the previous folder is left whole.
         """
-        self.memory.save(path)
+        self.memory.save(path, overwrite=overwrite)
         return str(path) if is_postgres_url(path) else Path(path)
 
     def close(self) -> None:

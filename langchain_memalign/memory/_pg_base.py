@@ -99,11 +99,33 @@ def _refused_by_client(error: BaseException) -> bool:
     return bool(_REFUSED_BY_CLIENT.match(text)) and "connection to server" not in text
 
 
+# What libpq says when the server refused to authenticate the role (SQLSTATE 28P01
+# invalid_password, 28000 invalid_authorization_specification), or when libpq
+# could not answer the server's request for a password.
+_AUTHENTICATION_REFUSED = re.compile(
+    r"FATAL:.*(?:authentication failed|pg_hba\.conf|role \S+ does not exist|"
+    r"not permitted to log in)|fe_sendauth:|password retrieved from file",
+    re.IGNORECASE,
+)
+
+
+def _refused_authentication(error: BaseException | None) -> bool:
+    """Whether a failed connection attempt is the server refusing the URL's credentials.
+
+    psycopg gives no SQLSTATE for errors while connecting (libpq keeps the
+    server's 28P01 or 28000 to itself), only libpq's text; a server whose
+    messages are translated (`lc_messages`) is not recognized, and opening
+    then waits `open_timeout` as for any other refusal.
+    """
+    return error is not None and bool(_AUTHENTICATION_REFUSED.search(str(error)))
+
+
 def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> Any:
-    """A connection class for the pool that keeps the connection errors libpq decides alone.
+    """A connection class for the pool that keeps the connection errors no retry can fix.
 
     The pool retries every failed connection in its own threads and only logs
-    why; opening watches this list to give up at once on a URL no retry can fix.
+    why; opening watches this list to give up at once on a URL libpq refuses
+    alone, or whose credentials the server refuses.
     """
 
     class RecordingConnection(psycopg.Connection):  # type: ignore[misc]
@@ -112,7 +134,7 @@ def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> 
             try:
                 return super().connect(conninfo, **kwargs)
             except psycopg.Error as e:
-                if _refused_by_client(e):
+                if _refused_by_client(e) or _refused_authentication(e):
                     refusals.append(e)
                 raise
 
@@ -163,6 +185,22 @@ def safe_cause(cause: BaseException, target: PostgresTarget) -> BaseException | 
     return cause
 
 
+def _authentication_error(target: PostgresTarget, why: BaseException) -> MemoryPermissionError:
+    """The error of a server that refused to authenticate the URL's role."""
+    psycopg, _ = _psycopg()
+    try:
+        role = psycopg.conninfo.conninfo_to_dict(target.conninfo).get("user")
+    except psycopg.Error:
+        role = None
+    # Without a user in the URL libpq logs in as the operating system's user.
+    who = f"role {role!r}" if role else "the URL's role"
+    return MemoryPermissionError(
+        f"{target.describe()}: PostgreSQL refused to authenticate {who}: "
+        f"authentication failed ({target.redact(str(why).strip())}); check the user and "
+        "password of the URL (retrying cannot help)"
+    )
+
+
 @dataclass
 class _Unit:
     """The open transaction of one `atomic` unit: its connection, and the lock its steps take."""
@@ -185,6 +223,7 @@ class PostgresBase(Store):
     def __init__(self, target: PostgresTarget) -> None:
         psycopg, psycopg_pool = _psycopg()
         self._psycopg = psycopg
+        self._pool_timeout: type[Exception] = psycopg_pool.PoolTimeout
         self.target = target
         self.judge = target.judge
         self.staleness = target.staleness
@@ -232,6 +271,8 @@ class PostgresBase(Store):
             # a server that refuses this URL (no such database, authentication) from
             # one that cannot be reached.
             why = _connect_error(psycopg, target)
+            if why is not None and _refused_authentication(why):
+                raise _authentication_error(target, why) from safe_cause(e, target)
             if _refused_by_server(why):
                 raise MemoryFormatError(
                     f"{target.describe()}: cannot connect to PostgreSQL ({target.redact(str(why))})"
@@ -265,6 +306,9 @@ class PostgresBase(Store):
         while True:
             if refusals:
                 why = refusals[0]
+                if _refused_authentication(why):
+                    # A wrong password stays wrong: no retry until open_timeout.
+                    raise _authentication_error(target, why) from safe_cause(why, target)
                 raise MemoryFormatError(
                     f"{target.describe()}: malformed PostgreSQL URL ({target.redact(str(why))})"
                 ) from safe_cause(why, target)
@@ -321,6 +365,14 @@ class PostgresBase(Store):
         """
         role = None
         try:
+            writer = getattr(self._local, "writer", None)
+            if writer is not None:
+                # This thread holds the writers' lock: its connection serves the
+                # writer too, so an align holds one connection of the pool, not two
+                # (with `pool_size=1` the second would never come).
+                role = writer.info.user
+                yield writer
+                return
             with self._pool.connection() as conn:
                 role = conn.info.user
                 yield conn
@@ -345,6 +397,15 @@ class PostgresBase(Store):
             raise kind(
                 f"{self._where()}: {why} ({self.target.redact(str(e).strip())}); "
                 "nothing was changed"
+            ) from safe_cause(e, self.target)
+        except self._pool_timeout as e:
+            # Every connection of the pool stayed in use (by aligns and judgments of
+            # this process) for the pool's wait: the server is fine, the pool is busy.
+            raise MemoryBusyError(
+                f"{self._where()}: every connection of this process's pool "
+                f"(pool_size={self.target.pool_size}) stayed in use for "
+                f"{self._pool.timeout:g} s ({self.target.redact(str(e).strip())}); nothing "
+                "was changed. Retry, or raise pool_size in the URL."
             ) from safe_cause(e, self.target)
         except self._psycopg.OperationalError as e:
             state = getattr(e, "sqlstate", None)
@@ -558,16 +619,23 @@ class PostgresBase(Store):
     def lock_writers(self) -> Iterator[None]:
         """Hold the judge's writer lock (a session advisory lock) for a whole align or unalign.
 
-        The lock lives on a connection of its own, so it is released even if
-        the process dies (PostgreSQL drops a closed session's locks).
+        The lock lives on a session, so it is released even if the process
+        dies (PostgreSQL drops a closed session's locks). The thread that holds
+        it reads and writes through that same connection (`_pooled`), the
+        align's transaction (`atomic`) included: one align holds one connection
+        of the pool, and judgments of other threads use the others.
         """
+        if getattr(self._local, "writer", None) is not None:
+            raise RuntimeError("the writers' lock is not re-entrant")
         with self._pooled() as conn:
             conn.execute(
                 "SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, self._lock_name)
             )
+            self._local.writer = conn
             try:
                 yield
             finally:
+                self._local.writer = None
                 conn.execute(
                     "SELECT pg_advisory_unlock(%s, hashtext(%s))", (_LOCK_CLASS, self._lock_name)
                 )
@@ -603,6 +671,24 @@ class PostgresBase(Store):
                 "INSERT INTO memalign_meta(judge, key, value) VALUES (%s, %s, %s) "
                 "ON CONFLICT (judge, key) DO UPDATE SET value=excluded.value",
                 (self.judge, key, json.dumps(value, allow_nan=False)),
+            )
+
+    def set_metas(self, values: dict[str, Any]) -> None:
+        """Set several JSON values in the meta table in one statement: all of them or none."""
+        if any(key in (*_ROW_META, "schema_version") for key in values):
+            raise ValueError(f"meta.{', '.join(values)}: some are kept by the store itself")
+        if not values:
+            return
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO memalign_meta(judge, key, value) VALUES "
+                + ", ".join(["(%s, %s, %s)"] * len(values))
+                + " ON CONFLICT (judge, key) DO UPDATE SET value=excluded.value",
+                [
+                    x
+                    for k, v in values.items()
+                    for x in (self.judge, k, json.dumps(v, allow_nan=False))
+                ],
             )
 
     def change_seq(self) -> int:

@@ -300,6 +300,26 @@ class StoreBase(Store):
                 where = self._where()
                 raise sqlite_error(e, where, f"{where}: cannot write meta.{key} ({e})") from e
 
+    def set_metas(self, values: dict[str, Any]) -> None:
+        """Set several JSON values in the meta table in one statement: all of them or none."""
+        if not values:
+            return
+        with self.lock:
+            try:
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES "
+                    + ", ".join(["(?, ?)"] * len(values))
+                    + " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    [x for k, v in values.items() for x in (k, json.dumps(v, allow_nan=False))],
+                )
+            except sqlite3.ProgrammingError:  # a closed store: a usage error
+                raise
+            except sqlite3.DatabaseError as e:
+                where = self._where()
+                raise sqlite_error(
+                    e, where, f"{where}: cannot write {', '.join(values)} ({e})"
+                ) from e
+
     def change_seq(self) -> int:
         """The number of committed changes (the memory's version number)."""
         seq = self.get_meta("change_seq")

@@ -156,6 +156,17 @@ class Store(ABC):
         rolls back) with it.
         """
 
+    def set_metas(self, values: dict[str, Any]) -> None:
+        """Set several JSON values in the meta table at once: all of them or none.
+
+        For values that mean something only together (a new memory's
+        configuration and the embedding model its vectors come from): a
+        failure between two `set_meta` calls would store one without the other.
+        """
+        with self.transaction():
+            for key, value in values.items():
+                self.set_meta(key, value)
+
     @abstractmethod
     def change_seq(self) -> int:
         """The number of committed changes (the memory's version number)."""

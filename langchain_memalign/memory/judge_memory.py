@@ -45,7 +45,7 @@ from langchain_memalign.memory._store_base import os_error
 from langchain_memalign.memory._views import MemoryView as MemoryView
 from langchain_memalign.memory._views import PublishingMemory
 from langchain_memalign.memory._writes import MemoryWrite as MemoryWrite
-from langchain_memalign.memory.backends import open_store
+from langchain_memalign.memory.backends import memory_exists, open_store
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.calibration import ScoreCalibration
 from langchain_memalign.memory.episodic import Episode, as_matrix
@@ -92,8 +92,14 @@ class JudgeMemory(PublishingMemory):
         try:
             stored = store.get_meta("config")
             if stored is None:
-                store.set_meta("config", config.model_dump(mode="json"))
-                store.set_meta("embeddings", embeddings_fingerprint(embeddings))
+                # One statement: a memory whose configuration is stored without its
+                # embedding model would open later with any embeddings at all.
+                store.set_metas(
+                    {
+                        "config": config.model_dump(mode="json"),
+                        "embeddings": embeddings_fingerprint(embeddings),
+                    }
+                )
             else:
                 where = store.describe()
                 _check_identity(_stored_config(stored, where), config, where)
@@ -144,7 +150,7 @@ class JudgeMemory(PublishingMemory):
                 "the original embedding model."
             )
 
-    def save(self, folder: Location) -> None:
+    def save(self, folder: Location, *, overwrite: bool = False) -> None:
         """Write the memory to `folder` atomically, with a fresh index cache.
 
         `folder` may be a `postgresql://` URL: the judge named there becomes a
@@ -152,24 +158,54 @@ class JudgeMemory(PublishingMemory):
         folder writes a SQLite memory there. Saving a memory to itself only
         refreshes a folder's index cache.
 
-        A folder that cannot be written raises `MemoryReadOnlyError`, a full disk
-        `MemoryFullError` (both `OSError`s); the previous folder is left whole.
+        A folder or judge that holds the memory of a judge of another name or
+        scale is not replaced unless `overwrite` is true: `MemoryFormatError`,
+        and nothing is written. A folder that cannot be written raises
+        `MemoryReadOnlyError`, a full disk `MemoryFullError` (both `OSError`s);
+        the previous folder is left whole.
         """
         if is_postgres_url(folder):
-            self._save_to_database(str(folder))
+            self._save_to_database(str(folder), overwrite)
             return
         target = Path(folder)
         try:
-            self._save_to_folder(target)
+            self._save_to_folder(target, overwrite)
         except OSError as e:
             error = os_error(e, str(target))
             if error is e:
                 raise
             raise error from e
 
-    def _save_to_folder(self, target: Path) -> None:
+    def _check_replaceable(self, dest: Store, overwrite: bool) -> None:
+        """Refuse to replace the memory of another judge (name or scale) unless asked to.
+
+        `save(URL?judge=hr)` from a judge named `support` would otherwise make
+        the judge `hr` a copy of `support`, silently losing everything `hr` learned.
+        """
+        if overwrite:
+            return
+        stored = dest.get_meta("config")
+        if stored is None:
+            return
+        where = dest.describe()
+        old = _stored_config(stored, where)
+        new = self.config
+        if (old.name, old.scale) != (new.name, new.scale):
+            raise MemoryFormatError(
+                f"{where}: holds the memory of judge {old.name!r} ({old.scale.kind} scale); "
+                f"saving judge {new.name!r} ({new.scale.kind} scale) there would replace it. "
+                "Save with overwrite=True to replace it, or save to another folder or judge."
+            )
+
+    def _save_to_folder(self, target: Path, overwrite: bool) -> None:
         with self.write_lock:
             if not self.store.is_at(target):
+                if not overwrite and memory_exists(target):
+                    dest = open_store(target, create=False)
+                    try:
+                        self._check_replaceable(dest, overwrite)
+                    finally:
+                        dest.close()
                 self.store.backup_to(target)
             else:
                 remove_leftovers(target)
@@ -187,13 +223,14 @@ class JudgeMemory(PublishingMemory):
                 index = self.index
                 write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
 
-    def _save_to_database(self, url: str) -> None:
+    def _save_to_database(self, url: str, overwrite: bool) -> None:
         if self.store.is_at(url):
             return
         with self.write_lock:
             dump = self.store.dump()
             dest = open_store(url, create=True)
             try:
+                self._check_replaceable(dest, overwrite)
                 dest.replace_with(dump)
             finally:
                 dest.close()

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus
 
-from langchain_memalign._redact import redact
+from langchain_memalign._redact import mask_location, redact, split_uri
 from langchain_memalign.errors import MemoryFormatError
 
 __all__ = ["Location", "PostgresTarget", "describe_location", "is_postgres_url", "redact"]
@@ -60,19 +60,33 @@ class PostgresTarget:
 
     @classmethod
     def parse(cls, url: str) -> PostgresTarget:
-        """Split a memory URL into the libpq part and ours; `MemoryFormatError` if malformed."""
-        try:
-            parts = urlsplit(url)
-            params = parse_qsl(parts.query, keep_blank_values=True)
-        except ValueError as e:  # e.g. an unclosed `[` of an IPv6 host
-            raise MemoryFormatError(f"{redact(url)}: malformed memory URL ({e})") from None
-        ours = {k: v for k, v in params if k in _OUR_PARAMS}
-        rest = [(k, v) for k, v in params if k not in _OUR_PARAMS]
+        """Split a memory URL into the libpq part and ours; `MemoryFormatError` if malformed.
+
+        The URL is split where libpq splits it (`split_uri`): the query starts
+        at the first `?` after the user info, so a password with `?` or `#` in
+        it stays the password. The parameters that are not ours are passed on
+        exactly as written, for libpq to decode: re-encoding them would change
+        what libpq reads (a `%20` in `options=` would become a `+`). Ours are
+        decoded as a form is (`+` is a space).
+        """
+        uri = split_uri(url)
+        if uri is None:
+            raise MemoryFormatError(
+                f"{redact(url, url)}: malformed memory URL (not postgresql:// or postgres://)"
+            )
+        query = uri[2]
+        params: list[tuple[str, str, str]] = []  # (decoded name, decoded value, as written)
+        for piece in url[query + 1 :].split("&"):
+            if piece:
+                name, _, value = piece.partition("=")
+                params.append((unquote(name), unquote_plus(value), piece))
+        ours = {k: v for k, v, _ in params if k in _OUR_PARAMS}
+        rest = [raw for k, _, raw in params if k not in _OUR_PARAMS]
         judge = ours.get("judge") or _DEFAULT_JUDGE
         if "\x00" in judge:
             # PostgreSQL text cannot hold NUL: refused here, not as the driver's DataError.
             raise MemoryFormatError(
-                f"{redact(url)}: the judge name {judge!r} contains a NUL character, which "
+                f"{redact(url, url)}: the judge name {judge!r} contains a NUL character, which "
                 "PostgreSQL cannot store"
             )
         try:
@@ -80,14 +94,14 @@ class PostgresTarget:
             pool_size = int(ours.get("pool_size") or 8)
             open_timeout = float(ours.get("open_timeout") or 30)
         except ValueError as e:
-            raise MemoryFormatError(f"{redact(url)}: bad memory URL parameter ({e})") from e
+            raise MemoryFormatError(f"{redact(url, url)}: bad memory URL parameter ({e})") from e
         if (
             not (0 <= staleness < 86_400)
             or not (1 <= pool_size <= 256)
             or not (0 < open_timeout <= 3_600)
         ):
             raise MemoryFormatError(
-                f"{redact(url)}: staleness must be in [0, 86400) seconds, pool_size in "
+                f"{redact(url, url)}: staleness must be in [0, 86400) seconds, pool_size in "
                 "[1, 256] and open_timeout in (0, 3600] seconds"
             )
         schema = ours.get("schema") or None
@@ -96,11 +110,11 @@ class PostgresTarget:
             # `CREATE SCHEMA`), and a name PostgreSQL would fold or reserve would
             # select another schema than the one the URL seems to name.
             raise MemoryFormatError(
-                f"{redact(url)}: schema {schema!r} is not a schema name this package "
+                f"{redact(url, url)}: schema {schema!r} is not a schema name this package "
                 "accepts: lower-case letters, digits and underscores, starting with a "
                 "letter or an underscore, at most 63 characters, not starting with pg_"
             )
-        conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        conninfo = url[:query] + ("?" + "&".join(rest) if rest else "")
         return cls(conninfo, judge, staleness, pool_size, open_timeout, schema)
 
     def describe(self) -> str:
@@ -108,7 +122,7 @@ class PostgresTarget:
         where = f"judge {self.judge!r}"
         if self.schema is not None:
             where += f" in schema {self.schema!r}"
-        return f"{redact(self.conninfo)} ({where})"
+        return f"{mask_location(self.conninfo)} ({where})"
 
     def redact(self, text: str) -> str:
         """`text` (a driver's message, say) without this URL's credentials."""
@@ -120,5 +134,8 @@ class PostgresTarget:
 
 def describe_location(location: object) -> str:
     """A memory location for messages: a folder as is, a URL without its credentials."""
-    # A folder's name is shown as is; anything URL-like in it is redacted too.
-    return redact(str(location))
+    # A folder's name is shown as is; anything URL-like in it is redacted too. A
+    # location is its own source: parsed whole, its password is masked however
+    # it is written (a space or a quote in it would end a URL found in prose).
+    text = str(location)
+    return redact(text, text) if is_postgres_url(text) else redact(text)

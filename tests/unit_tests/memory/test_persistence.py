@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER
+from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
 
 from langchain_memalign import (
@@ -222,3 +222,50 @@ def test_integration_state_is_kept_with_the_memory(model: Any, tmp_path: Path) -
         assert state.get() is None
     assert reopened.config.name == "h"  # the memory's own keys are untouched
     reopened.close()
+
+
+def test_save_refuses_to_replace_another_judges_folder(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    support = make_judge(name="support", path=tmp_path / "support")
+    support.align([SWEATER])
+    support.save(tmp_path / "support")  # to itself
+    copy = tmp_path / "copy"
+    support.save(copy)
+    support.save(copy)  # over an older copy of the same judge: no flag needed
+    # Another name; the same name on another scale.
+    for other, value in (
+        (make_judge(name="hr"), True),
+        (make_judge(name="support", scale=(1, 5)), 3),
+    ):
+        other.align([fb("x", "a question", "an answer", value)])
+        with pytest.raises(MemoryFormatError, match="overwrite=True") as e:
+            other.save(copy)
+        assert "'support'" in str(e.value)
+        kept = MemAlignJudge.load(copy, model=model, embeddings=HashEmbeddings())
+        assert (kept.config.name, kept.feedback_ids) == ("support", ["sweater"])  # untouched
+        kept.close()
+    hr = make_judge(name="hr")
+    hr.align([fb("x", "a question", "an answer", True)])
+    hr.save(copy, overwrite=True)
+    replaced = MemAlignJudge.load(copy, model=model, embeddings=HashEmbeddings())
+    assert (replaced.config.name, replaced.feedback_ids) == ("hr", ["x"])
+    replaced.close()
+
+
+def test_a_failed_create_stores_no_configuration_without_its_embeddings(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The configuration and the embedding model are written together or not at all: a
+    # memory with only the first would later open with any embedding model.
+    import langchain_memalign.memory.judge_memory as jm
+
+    def failing(_: Any) -> str:
+        raise RuntimeError("no fingerprint")
+
+    monkeypatch.setattr(jm, "embeddings_fingerprint", failing)
+    with pytest.raises(RuntimeError, match="no fingerprint"):
+        make_judge(path=tmp_path / "mem")
+    monkeypatch.undo()
+    with pytest.raises(MemoryFormatError, match="no judge configuration"):
+        MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=HashEmbeddings())

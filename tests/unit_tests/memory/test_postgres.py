@@ -590,3 +590,41 @@ def test_an_align_outlasting_the_servers_idle_transaction_timeout_fails_whole(
     assert impatient.memory.store.dump() == before
     assert impatient.feedback_ids == ["sweater", "hours"]  # and it still reads
     impatient.close()
+
+
+def test_save_refuses_to_replace_another_judge_in_the_database(
+    make_judge: Any, model: Any, db: str
+) -> None:
+    hr_url = judge_url(db, "hr")
+    hr = make_judge(name="hr", path=hr_url)
+    hr.align([SWEATER])
+    hr.close()
+    support = make_judge(name="support")
+    support.align([HOURS])
+    with pytest.raises(MemoryFormatError, match="overwrite=True") as e:
+        support.save(hr_url)
+    assert "'hr'" in str(e.value)
+    kept = MemAlignJudge.load(hr_url, model=model, embeddings=HashEmbeddings())
+    assert (kept.config.name, kept.feedback_ids) == ("hr", ["sweater"])
+    kept.close()
+    assert support.save(hr_url, overwrite=True) == hr_url
+    replaced = MemAlignJudge.load(hr_url, model=model, embeddings=HashEmbeddings())
+    assert (replaced.config.name, replaced.feedback_ids) == ("support", ["hours"])
+    replaced.close()
+    support.close()
+
+
+def test_a_failed_create_stores_no_configuration_without_its_embeddings(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import langchain_memalign.memory.judge_memory as jm
+
+    def failing(_: Any) -> str:
+        raise RuntimeError("no fingerprint")
+
+    url = judge_url(db)
+    monkeypatch.setattr(jm, "embeddings_fingerprint", failing)
+    with pytest.raises(RuntimeError, match="no fingerprint"):
+        make_judge(path=url)
+    monkeypatch.undo()
+    assert not rows(db, "SELECT key FROM memalign_meta WHERE key='config'")

@@ -177,7 +177,7 @@ def test_staleness_zero_does_not_wait_for_a_writer_of_its_own_process(
         ("postgresql://%%%/db", "invalid percent-encoded token"),
         ("postgresql://bob:s3cret%zzpw@127.0.0.1/db", "invalid percent-encoded token"),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?jugde=a", 'invalid URI query parameter: "jugde"'),
-        ("postgresql://bob:s3cretpw@[::1/db", "malformed memory URL"),
+        ("postgresql://bob:s3cretpw@[::1/db", "malformed PostgreSQL URL"),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?sslmode=bogus", 'invalid sslmode value: "bogus"'),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?schema=Team_A", "schema 'Team_A'"),
         ("postgresql://bob:s3cretpw@127.0.0.1/db?schema=a;drop", "schema 'a;drop'"),
@@ -475,3 +475,60 @@ def test_cli_memory_setting_takes_a_url_with_a_schema(
     code, out, _ = env.run("show")
     assert code == EXIT_OK and "3 feedback" in out and "s3cretpw" not in out
     assert sql(db, f"SELECT count(*) FROM {role}.memalign_feedback") == [(3,)]
+
+
+# -- the connections an align holds (issue 47) ---------------------------------------------
+
+
+def test_an_align_works_on_a_pool_of_one_connection(make_judge: Any, db: str) -> None:
+    # The writers' lock and the align's transaction share one connection: with two, the
+    # transaction waited for a second connection of a pool of one, then failed as
+    # "lost the connection" after the pool's 30 s.
+    judge = make_judge(path=f"{db}?judge=one&pool_size=1")
+    started = time.monotonic()
+    report = judge.align([SWEATER, HOURS])
+    assert time.monotonic() - started < 20
+    assert report.added == ["sweater", "hours"]
+    assert judge.invoke(CASE)["score"] is not None
+    judge.close()
+
+
+def test_a_judgment_during_a_slow_align_does_not_wait_for_it(
+    make_judge: Any, model: Any, db: str, responder: Any
+) -> None:
+    # pool_size=2: the align holds one connection for its whole length (its model calls
+    # included), the judgment takes the other.
+    reflecting, release = threading.Event(), threading.Event()
+
+    def slow(messages: Any) -> Any:
+        if "<feedback id=" in str(messages[-1].content):  # a reflection of the align
+            reflecting.set()
+            release.wait(60)
+        return responder(messages)
+
+    judge = make_judge(path=f"{db}?judge=two&pool_size=2")
+    judge.align([HOURS])
+    model.responder = slow
+    errors: list[BaseException] = []
+
+    def align() -> None:
+        try:
+            judge.align([SWEATER])
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    writer = threading.Thread(target=align)
+    writer.start()
+    try:
+        assert reflecting.wait(30)
+        started = time.monotonic()
+        result = judge.invoke(CASE)
+        assert time.monotonic() - started < 10
+        assert result["score"] is not None
+        assert not release.is_set()  # the align was still running
+    finally:
+        release.set()
+        writer.join(60)
+    assert not errors
+    assert "sweater" in judge.feedback_ids
+    judge.close()

@@ -10,6 +10,7 @@ PostgreSQL server with one role that needs a password.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 import uuid
 from pathlib import Path
@@ -18,10 +19,16 @@ from typing import Any
 import pytest
 from fakes import HashEmbeddings
 
-from langchain_memalign import MemAlignJudge, MemoryFormatError, MemoryUnavailableError
+from langchain_memalign import (
+    MemAlignJudge,
+    MemoryFormatError,
+    MemoryPermissionError,
+    MemoryUnavailableError,
+)
 from langchain_memalign._redact import redact, secrets_of
 from langchain_memalign.cli import main
 from langchain_memalign.memory.location import PostgresTarget, describe_location
+from langchain_memalign.memory.postgres import PostgresStore
 
 SECRET = "Tr0ub4dor-S3cret"
 OTHER = "Corr3ct-H0rse"
@@ -160,6 +167,18 @@ def test_no_open_error_shows_a_credential(
     assert not _leaks(logged) and "Xq9" not in logged
 
 
+def test_a_wrong_password_fails_fast_and_says_so(pg_server: Any, password_role: str) -> None:
+    # The default open_timeout (30 s): the pool would retry a wrong password until then.
+    url = f"postgresql://{password_role}:{SECRET}@127.0.0.1:{pg_server.port}/postgres"
+    for opening in (PostgresStore.create, PostgresStore.open):
+        started = time.monotonic()
+        with pytest.raises(MemoryPermissionError, match="authentication failed") as e:
+            opening(url)
+        assert time.monotonic() - started < 10
+        assert not _leaks(_everything(e.value))
+        assert "memalign_pw" in str(e.value)  # names the role PostgreSQL refused
+
+
 def test_messages_about_a_stored_judge_hide_the_password(
     pg_server: Any, make_judge: Any, model: Any
 ) -> None:
@@ -184,3 +203,104 @@ def test_the_cli_prints_no_credential(
     assert main(["show", "--memory", url]) != 0
     out = capsys.readouterr()
     assert "error" in out.err and not _leaks(out.out + out.err)
+
+
+# -- passwords written without percent-encoding (issue 47) ---------------------------------
+
+# Each password holds SECRET and a second word (PART): a parser that cuts the password at
+# a character libpq or urllib read otherwise must still show neither piece.
+PART = "Wh1sk3rs"
+
+
+def _forms(host: str, role: str = "alice", db: str = "team") -> dict[str, str]:
+    """A password in the ten ways a memory location may hold one."""
+    u = f"postgresql://{role}"
+    return {
+        "plain": f"{u}:{SECRET}{PART}@{host}/{db}",
+        "percent-encoded": f"{u}:{SECRET}%40{PART}%2F%20@{host}/{db}",
+        "quote": f"{u}:{SECRET}'{PART}\"@{host}/{db}",
+        "space": f"{u}:{SECRET} {PART}@{host}/{db}",
+        "question mark": f"{u}:{SECRET}?{PART}@{host}/{db}",
+        "hash": f"{u}:{SECRET}#{PART}@{host}/{db}",
+        "at": f"{u}:{SECRET}@{PART}@{host}/{db}",
+        "at and slash": f"{u}:{SECRET}@x/{PART}@{host}/{db}",
+        "query parameter": f"{u}@{host}/{db}?password={SECRET}{PART}",
+        "key=value": (
+            f"host={host.split(':')[0]} port={[*host.split(':'), '5432'][1]} "
+            f"user={role} password='{SECRET} {PART}' dbname={db}"
+        ),
+    }
+
+
+FORMS = _forms("db.example:5433")
+
+
+def _shows_a_part(text: str) -> bool:
+    return SECRET in text or PART in text or "Tr0ub" in text
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_no_form_of_password_shows_in_any_rendering(form: str) -> None:
+    url = FORMS[form]
+    sep = "&" if form == "query parameter" else "?"  # the `?` of a password starts no query
+    rendered = [redact(url), redact(f"cannot open {url}: refused"), redact(url, url)]
+    rendered.append(describe_location(url))
+    if url.startswith("postgresql://"):
+        target = PostgresTarget.parse(f"{url}{sep}judge=tone")
+        assert target.judge == "tone"
+        rendered += [repr(target), target.describe(), target.redact(target.conninfo)]
+        rendered.append(target.redact(f"{target.conninfo} and {url}"))
+        with pytest.raises(MemoryFormatError) as e:
+            PostgresTarget.parse(f"{url}{sep}staleness=soon")
+        rendered.append(_everything(e.value))
+    for text in rendered:
+        assert not _shows_a_part(text), (form, text)
+        assert "db.example" in text, (form, text)  # still says where
+
+
+def test_a_question_mark_or_hash_in_the_password_stays_the_password() -> None:
+    # libpq reads the user info up to the first `@`: `?` and `#` before it are the
+    # password's, and the URL's own parameters after the host are still ours.
+    for sep in "?#":
+        target = PostgresTarget.parse(f"postgresql://a:{SECRET}{sep}x@h/db?judge=tone")
+        assert target.judge == "tone"
+        assert target.conninfo == f"postgresql://a:{SECRET}{sep}x@h/db"
+
+
+def test_libpq_parameters_are_passed_on_as_written() -> None:
+    # A space in `options=` is `%20` for libpq, which does not read `+` as a space.
+    url = "postgresql://h/db?options=-c%20statement_timeout%3D5000&judge=tone&sslmode=prefer"
+    target = PostgresTarget.parse(url)
+    assert (
+        target.conninfo == "postgresql://h/db?options=-c%20statement_timeout%3D5000&sslmode=prefer"
+    )
+    psycopg = pytest.importorskip("psycopg")
+    params = psycopg.conninfo.conninfo_to_dict(target.conninfo)
+    assert params["options"] == "-c statement_timeout=5000"
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_no_form_of_password_shows_when_opening_fails(
+    form: str,
+    pg_server: Any,
+    password_role: str,
+    caplog: pytest.LogCaptureFixture,
+    capsys: Any,
+    model: Any,
+) -> None:
+    url = _forms(f"127.0.0.1:{pg_server.port}", password_role, "postgres")[form]
+    if url.startswith("postgresql://"):
+        url += ("&" if form == "query parameter" else "?") + "open_timeout=3"
+    else:
+        pytest.skip("a key=value string is no memory location; redact covers it above")
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
+    with pytest.raises((MemoryFormatError, MemoryUnavailableError)) as e:
+        MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    text = _everything(e.value)
+    assert not _shows_a_part(text), text
+    assert main(["show", "--memory", url]) != 0
+    out = capsys.readouterr()
+    assert "error" in out.err and not _shows_a_part(out.out + out.err), out.err
+    logged = caplog.text + "".join(str(r.args) for r in caplog.records)
+    assert not _shows_a_part(logged), logged
