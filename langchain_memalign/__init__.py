@@ -54,6 +54,7 @@ from langchain_memalign.scale import Scale
 
 if TYPE_CHECKING:
     from langchain_memalign.evaluation.report import AgreementReport
+    from langchain_memalign.langsmith.export import EvaluatorExport
 
 __all__ = [
     "AgreementHistory",
@@ -67,6 +68,7 @@ __all__ = [
     "CritiqueState",
     "EmbeddingMismatchError",
     "Episode",
+    "EvaluatorExport",
     "Feedback",
     "Guideline",
     "InvalidFeedbackError",
@@ -113,4 +115,8 @@ def __getattr__(name: str) -> Any:
         from langchain_memalign.evaluation.report import AgreementReport
 
         return AgreementReport
+    if name == "EvaluatorExport":  # `to_langsmith_evaluator`'s report, likewise
+        from langchain_memalign.langsmith.export import EvaluatorExport
+
+        return EvaluatorExport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

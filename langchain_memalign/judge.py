@@ -46,7 +46,12 @@ from langchain_memalign.rules import Rulebook
 from langchain_memalign.scale import Scale, ScaleSpec
 
 if TYPE_CHECKING:  # the judge does not depend on the evaluation toolkit to load
+    import uuid
+
+    from langsmith import Client
+
     from langchain_memalign.evaluation.agreement import AgreementReport
+    from langchain_memalign.langsmith.export import EvaluatorExport
 
 
 class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
@@ -578,6 +583,42 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
     ) -> UnalignReport:
         """Async twin of `unalign` (runs off the event loop)."""
         return await asyncio.to_thread(self.unalign, list(ids), config)
+
+    def to_langsmith_evaluator(
+        self,
+        *,
+        project: str | uuid.UUID,
+        client: Client | None = None,
+        name: str | None = None,
+        sampling_rate: float = 1.0,
+        filter: str | None = None,
+        num_few_shot_examples: int = 5,
+        model_config_id: str | None = None,
+    ) -> EvaluatorExport:
+        """Export the judge as a LangSmith online evaluator on a project (idempotent).
+
+        Its prompt carries the instructions, the rules and the checks' questions, its
+        corrections dataset every episode, and a run rule attaches it to `project`
+        with `filter` and `sampling_rate`. Exporting again changes only what the
+        memory changed. See `langchain_memalign.langsmith.export_evaluator`.
+
+        ```python
+        export = judge.to_langsmith_evaluator(project="support-bot", sampling_rate=0.2)
+        print(export.summary())
+        ```
+        """
+        from langchain_memalign.langsmith.export import export_evaluator
+
+        return export_evaluator(
+            self,
+            project=project,
+            client=client,
+            name=name,
+            sampling_rate=sampling_rate,
+            filter=filter,
+            num_few_shot_examples=num_few_shot_examples,
+            model_config_id=model_config_id,
+        )
 
     def calibrate(
         self, feedback_ids: Sequence[str] | None = None, config: RunnableConfig | None = None

@@ -1,4 +1,4 @@
-"""In-process fake LangSmith REST API for tests (stdlib only).
+"""In-process fake LangSmith REST API for tests (stdlib only, but for ``server.platform``).
 
 Answers the endpoints that the real ``langsmith.Client`` (0.15.x) calls, with the
 JSON shapes of the LangSmith REST API, so tests can drive the real client over
@@ -32,13 +32,15 @@ OpenAPI resources use):
 * feedback configs: ``POST/GET/DELETE /feedback-configs``
 * datasets: ``POST/GET /datasets``, ``GET/PATCH/DELETE /datasets/{id}``,
   ``POST /datasets/comparative``, ``POST /examples``, ``POST /examples/bulk``, ``GET /examples``,
-  ``GET/PATCH/DELETE /examples/{id}``
+  ``DELETE /examples`` (``example_ids``), ``GET/PATCH/DELETE /examples/{id}``
 * annotation queues (legacy v1): ``POST/GET /annotation-queues``,
   ``GET/PATCH/DELETE /annotation-queues/{id}``, ``POST .../{id}/runs``,
   ``POST .../{id}/runs/by-key``, ``GET .../{id}/runs``, ``GET .../{id}/run/{index}``,
   ``PATCH/DELETE .../{id}/runs/{run_id}``, ``POST .../{id}/runs/delete``,
   ``POST /annotation-queues/status/{queue_item_id}``, ``GET .../{id}/size``,
   ``GET .../{id}/total_size``
+* prompt hub, online evaluators and run rules: see ``tests/langsmith_platform.py``
+  (``server.platform``), whose requests are validated against the SDK's own types
 * annotation queue items (``/api/v1/platform/annotation-queues``): ``POST/GET
   .../{id}/items``, ``PATCH .../{id}/items/{item_id}``, ``POST .../{id}/items/delete``,
   ``POST .../items/{item_id}/status``
@@ -355,6 +357,10 @@ class LangSmithTestServer:
         self.comparative: dict[str, JSON] = {}
         self.examples: dict[str, JSON] = {}
         self.extended_traces: set[str] = set()
+        from langsmith_platform import PlatformAPI
+
+        # the prompt hub, online evaluators and run rules (tests/langsmith_platform.py)
+        self.platform = PlatformAPI(self)
 
         self._seq = 0
         self._httpd: ThreadingHTTPServer | None = None
@@ -425,6 +431,7 @@ class LangSmithTestServer:
                 self.extended_traces,
             ):
                 store.clear()
+            self.platform.reset()
 
     # -- fault injection & introspection -------------------------------------
 
@@ -699,6 +706,7 @@ class LangSmithTestServer:
             ("POST", r"/examples", self._create_example),
             ("POST", r"/examples/bulk", self._create_examples_bulk),
             ("GET", r"/examples", self._list_examples),
+            ("DELETE", r"/examples", self._delete_examples),
             ("GET", rf"/examples/(?P<id>{uuid_re})", self._read_example),
             ("PATCH", rf"/examples/(?P<id>{uuid_re})", self._update_example),
             ("DELETE", rf"/examples/(?P<id>{uuid_re})", self._delete_example),
@@ -759,6 +767,7 @@ class LangSmithTestServer:
                 self._set_item_status,
             ),
         ]
+        table += self.platform.routes(uuid_re)
         self._routes = [(m, re.compile(p), h) for m, p, h in table]
 
     def _next_seq(self) -> int:
@@ -1528,6 +1537,7 @@ class LangSmithTestServer:
             if key in (body or {}):
                 fb[key] = body[key]
         fb["modified_at"] = _iso(_now())
+        self.platform.after_feedback_update(fb, body or {})
         return 200, self._feedback_out(fb)
 
     def _delete_feedback(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
@@ -1700,6 +1710,16 @@ class LangSmithTestServer:
             raise HTTPError(400, "fake server does not support example filters")
         items.sort(key=lambda e: e["_seq"])
         return 200, [self._example_out(e) for e in _paginate(items, query)]
+
+    def _delete_examples(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        ids = [_uuid_str(i, "example id") for i in _many(query, "example_ids")]
+        if not ids:
+            raise HTTPError(422, "example_ids is required")
+        for example_id in ids:
+            self._example_or_404(example_id)
+        for example_id in ids:
+            del self.examples[example_id]
+        return 200, {}
 
     def _example_or_404(self, example_id: str) -> JSON:
         example = self.examples.get(_uuid_str(example_id, "example id"))

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from langchain_memalign.cli.commands import cmd_align, cmd_create, cmd_judge, cmd_unalign
+from langchain_memalign.cli.export import cmd_export_langsmith
 from langchain_memalign.cli.judge_file import DEFAULT_CONFIG
 from langchain_memalign.cli.measure import cmd_curve, cmd_evaluate
 from langchain_memalign.cli.rules import AUTHOR_ENV, cmd_rules
@@ -36,6 +37,8 @@ Workflow:
   memalign curve -c judge.toml labelled.jsonl how agreement grows with feedback
   memalign watch -c judge.toml --langsmith-project support-bot
                                               judge production traffic, learn from reviews
+  memalign export langsmith -c judge.toml --langsmith-project support-bot
+                                              run the judge in LangSmith as an online evaluator
 """
 
 FEEDBACK_FORMAT = """\
@@ -546,4 +549,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print each cycle's report as JSON")
     _common(p)
     p.set_defaults(func=cmd_watch)
+    _export_parser(sub, fmt)
     return parser
+
+
+def _export_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    fmt: type[argparse.HelpFormatter],
+) -> None:
+    """`memalign export` and its targets (`cli.export`)."""
+    p = sub.add_parser(
+        "export",
+        help="export the aligned judge to run elsewhere (a LangSmith online evaluator)",
+        description="Export the aligned judge to run outside this package.",
+        formatter_class=fmt,
+    )
+    targets = p.add_subparsers(dest="export_target", metavar="TARGET", required=True)
+    q = targets.add_parser(
+        "langsmith",
+        help="create or update the judge's LangSmith online evaluator on a project",
+        description="LangSmith runs the judge on the project's runs: its prompt (the "
+        "instructions, the rules, the checks' questions) is committed to the prompt hub, "
+        "an LLM-as-judge evaluator runs it, a run rule attaches it to the project with a "
+        "filter and a sampling rate, and every episode is an example of its corrections "
+        "dataset, used as few-shot examples. Exporting again changes only what the "
+        "memory changed (nothing, if nothing did). Corrections of its verdicts in "
+        "LangSmith come back with `memalign align --langsmith-project`.",
+        epilog="Example:\n  memalign export langsmith -c judge.toml --langsmith-project "
+        "support-bot --sampling-rate 0.2 --filter 'eq(is_root, true)'",
+        formatter_class=fmt,
+    )
+    ls = q.add_argument_group("LangSmith (LANGSMITH_API_KEY, LANGSMITH_ENDPOINT)")
+    ls.add_argument("--langsmith-project", required=True, metavar="NAME", help="the project")
+    q.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the evaluator's name and prompt handle (default: memalign-<judge name>)",
+    )
+    q.add_argument(
+        "--sampling-rate",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="share of the project's runs LangSmith grades, 0 to 1 (default: 1)",
+    )
+    q.add_argument("--filter", metavar="FILTER", help="grade only runs matching this filter")
+    q.add_argument(
+        "--few-shot",
+        type=int,
+        default=5,
+        metavar="N",
+        help="corrections LangSmith puts in each prompt (default: 5)",
+    )
+    q.add_argument(
+        "--model-config",
+        metavar="ID",
+        help="a model configuration saved in the workspace for the evaluator to call",
+    )
+    q.add_argument("--json", action="store_true", help="print the export report as JSON")
+    _common(q)
+    q.set_defaults(func=cmd_export_langsmith)

@@ -8,6 +8,8 @@ One import for the whole integration:
 - verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
   `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`;
 - comparing two experiments with a pairwise judge: `comparative_evaluator`;
+- the judge as a LangSmith online evaluator: `export_evaluator`, `EvaluatorExport`
+  (also `MemAlignJudge.to_langsmith_evaluator`);
 - watching production traffic: `JudgeMonitor`, `MonitorCycle`, `ReviewAgreement`,
   `RunRecord` (what a `where` filter sees);
 - errors: `FeedbackConfigMismatchError` (the workspace reads the judge's key on
@@ -28,6 +30,7 @@ from langchain_memalign.langsmith.evaluator import (
     judge_evaluator,
     write_verdicts,
 )
+from langchain_memalign.langsmith.export import EvaluatorExport, export_evaluator
 from langchain_memalign.langsmith.monitor import JudgeMonitor, MonitorCycle, ReviewAgreement
 from langchain_memalign.langsmith.queue import (
     CycleReport,
@@ -48,6 +51,7 @@ __all__ = [
     "Conflict",
     "ConflictPolicy",
     "CycleReport",
+    "EvaluatorExport",
     "FeedbackConfigMismatchError",
     "FeedbackMapping",
     "JudgeAnnotationQueue",
@@ -67,6 +71,7 @@ __all__ = [
     "awrite_verdicts",
     "comparative_evaluator",
     "evaluation_result",
+    "export_evaluator",
     "invoke_and_log",
     "judge_evaluator",
     "write_verdicts",

@@ -28,6 +28,7 @@ from langchain_memalign.langsmith._fields import (
     read_text,
 )
 from langchain_memalign.langsmith._source_types import (
+    VERDICT_SOURCE_TYPES,
     ConflictPolicy,
     FeedbackMapping,
     _resolve_conflicts,
@@ -116,7 +117,7 @@ class _SourceReader:
         (model feedback, read while listing: `(created_at, label)`, the latest per
         run); only listings that include model feedback (`corrections`) see them.
         """
-        wanted = set(self.source_types) | ({"model"} if self.corrections else set())
+        wanted = set(self.source_types) | (VERDICT_SOURCE_TYPES if self.corrections else set())
         # Offset pages can overlap when feedback is added during the listing: keep one
         # copy of each record (the latest), or it would be aligned and counted twice.
         reviews: dict[str, _Review] = {}
@@ -177,7 +178,7 @@ class _SourceReader:
                 return None
             changed.update(edited)
         # New records: GET /feedback filters on creation time only.
-        wanted = set(self.source_types) | ({"model"} if self.corrections else set())
+        wanted = set(self.source_types) | (VERDICT_SOURCE_TYPES if self.corrections else set())
         for fb in self.api.list_feedback(
             key=key,
             source_types=sorted(wanted),
@@ -208,7 +209,7 @@ class _SourceReader:
         source_type = str((record.get("feedback_source") or {}).get("type") or "api").lower()
         fid = str(fb.id)
         own = get_path(record, "feedback_source.metadata.memalign_judge") is not MISSING
-        if source_type == "model" or own:  # a judge's verdict: only its correction counts
+        if source_type in VERDICT_SOURCE_TYPES or own:  # a verdict: only its correction counts
             if not self.corrections or fb.correction in (None, {}, ""):
                 return None  # the judge's own verdict: nothing to learn from
             kind: Literal["review", "correction"] = "correction"
@@ -330,7 +331,7 @@ def _keep_verdict(
     """
     record = fb.model_dump(mode="json")
     source_type = str((record.get("feedback_source") or {}).get("type") or "").lower()
-    if source_type != "model" or fb.run_id is None:
+    if source_type not in VERDICT_SOURCE_TYPES or fb.run_id is None:
         return
     label = read_label(scale, record, ("value", "score"))
     run_id, stamp = str(fb.run_id), str(fb.created_at or "")

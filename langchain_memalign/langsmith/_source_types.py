@@ -19,6 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_memalign.reports import AlignReport, UnalignReport
 
+VERDICT_SOURCE_TYPES = frozenset({"model", "auto_eval"})
+"""Feedback source types of a judge's verdicts: its own (`model`, as `write_verdicts`
+writes them) and an online evaluator's (`auto_eval`, as LangSmith writes them, e.g. the
+judge exported with `to_langsmith_evaluator`). Only a human correction of one counts."""
+
 ConflictPolicy = Literal["keep_all", "majority", "latest"]
 """How reviews that disagree on one run are resolved.
 

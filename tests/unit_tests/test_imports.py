@@ -6,6 +6,9 @@ Adding or removing a name here is an API change: update the docs and the changel
 from __future__ import annotations
 
 import inspect
+import uuid
+
+import langsmith
 
 import langchain_memalign
 import langchain_memalign.langsmith
@@ -23,6 +26,7 @@ EXPECTED_ALL = [
     "CritiqueState",
     "EmbeddingMismatchError",
     "Episode",
+    "EvaluatorExport",
     "Feedback",
     "Guideline",
     "InvalidFeedbackError",
@@ -65,6 +69,7 @@ EXPECTED_LANGSMITH_ALL = [
     "Conflict",
     "ConflictPolicy",
     "CycleReport",
+    "EvaluatorExport",
     "FeedbackConfigMismatchError",
     "FeedbackMapping",
     "JudgeAnnotationQueue",
@@ -84,6 +89,7 @@ EXPECTED_LANGSMITH_ALL = [
     "awrite_verdicts",
     "comparative_evaluator",
     "evaluation_result",
+    "export_evaluator",
     "invoke_and_log",
     "judge_evaluator",
     "write_verdicts",
@@ -126,6 +132,9 @@ def test_every_public_return_type_is_exported() -> None:
     names = {
         **vars(langchain_memalign.judge),
         "AgreementReport": langchain_memalign.AgreementReport,
+        "EvaluatorExport": langchain_memalign.EvaluatorExport,
+        "Client": langsmith.Client,
+        "uuid": uuid,
     }
     for name, member in inspect.getmembers(MemAlignJudge):
         if name.startswith("_") or name in ("load", "InputType", "OutputType"):

@@ -1047,3 +1047,28 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     assert langsmith.wait_for(evaluators, timeout=30)
     code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--sampling-rate", "2")
     assert code == EXIT_USAGE and "sampling_rate must be within 0 and 1" in err
+
+
+def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -> None:
+    langsmith.add_project("support-bot")
+    env.created()
+    assert env.run("align", env.feedback)[0] == EXIT_OK
+    code, out, err = env.run(
+        "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "0.2"
+    )
+    assert code == EXIT_OK, err
+    assert "created prompt, evaluator, rule" in out and f"{len(FEEDBACK)} episodes" in out
+    (rule,) = langsmith.platform.rules.values()
+    assert rule["sampling_rate"] == 0.2 and rule["display_name"] == "memalign-helpfulness"
+    code, out, err = env.run(
+        "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "0.2",
+        "--json",
+    )  # fmt: skip
+    report = json.loads(out)
+    assert code == EXIT_OK and report["changed"] is False and report["rule_id"] == rule["id"]
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
+    assert code == EXIT_FAILED and "cannot export to LangSmith project 'nope'" in err
+    code, _, err = env.run(
+        "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "2"
+    )
+    assert code == EXIT_USAGE and "sampling_rate must be from 0 to 1" in err

@@ -121,7 +121,7 @@ def test_sync_aligns_human_reviews_with_the_runs_resolved(
     assert any("Correct but cold" in g.text for g in judge.guidelines)
     # plain strings for the source types: the enum would be sent as "FeedbackSourceType.API"
     listing = server.requests_to("/feedback", "GET")[0]
-    assert listing.query["source"] == ["api", "app", "model"]
+    assert listing.query["source"] == ["api", "app", "auto_eval", "model"]
     assert listing.query["key"] == [KEY] and listing.query["session"] == [project["id"]]
     # runs are read with the current API (v2 query with the run keys)
     queries = server.requests_to("/v2/runs/query", "POST")
