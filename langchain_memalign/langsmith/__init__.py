@@ -6,7 +6,7 @@ One import for the whole integration:
 - annotation queues: `JudgeAnnotationQueue`, `SendReport`, `CycleReport`,
   `CompletedItems`;
 - verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
-  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`;
+  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`, `Verdicts`;
 - comparing two experiments with a pairwise judge: `comparative_evaluator`;
 - watching production traffic: `JudgeMonitor`, `MonitorCycle`, `ReviewAgreement`,
   `RunRecord` (what a `where` filter sees);
@@ -20,6 +20,7 @@ from langchain_memalign.langsmith.comparative import PairPreparer, comparative_e
 from langchain_memalign.langsmith.evaluator import (
     JudgeRunEvaluator,
     Verdict,
+    Verdicts,
     ainvoke_and_log,
     ajudge_evaluator,
     awrite_verdicts,
@@ -61,6 +62,7 @@ __all__ = [
     "SendReport",
     "SyncReport",
     "Verdict",
+    "Verdicts",
     "Vote",
     "ainvoke_and_log",
     "ajudge_evaluator",

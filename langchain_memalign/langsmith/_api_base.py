@@ -34,6 +34,7 @@ _RUN_SELECTS = [
     "PROJECT_ID",
     "START_TIME",
     "END_TIME",
+    "ERROR",
     "TRACE_ID",
     "REFERENCE_EXAMPLE_ID",
     "EXTRA",
@@ -58,6 +59,17 @@ class RunRecord:
     # Last, so that records built positionally keep their meaning.
     end_time: dt.datetime | None = None
     """None while the run is still running (e.g. streaming its output)."""
+    error: str | None = None
+    """The error the run ended with, if it failed."""
+
+    def unjudgeable(self) -> str | None:
+        """Why the run has nothing to judge yet (running, or failed), or None."""
+        if self.error:
+            first = self.error.strip().splitlines()[0] if self.error.strip() else ""
+            return f"ended with an error ({first[:120]})" if first else "ended with an error"
+        if self.end_time is None:
+            return "still running (no end time yet): judged once it has ended"
+        return None
 
     def run_key(self) -> dict[str, Any] | None:
         """The run's full lookup key (project and start time), when both are known."""

@@ -205,12 +205,17 @@ class RunsAPI(APIBase):
         runs: Sequence[RunRef] | None,
         project: str | uuid.UUID | None,
         limit: int | None = None,
+        *,
+        with_errors: bool = True,
     ) -> list[RunRecord]:
-        """The runs given (read when only their ids are), or a project's latest root runs."""
+        """The runs given (read when only their ids are), or a project's latest root runs.
+
+        `with_errors=False` leaves a project's errored runs out (given runs are kept).
+        """
         if (runs is None) == (project is None):
             raise ValueError("give exactly one of runs or project")
         if project is not None:
-            return self.project_runs(self.project(project), limit=limit)
+            return self.project_runs(self.project(project), limit=limit, with_errors=with_errors)
         assert runs is not None
         ready = {r.id: r for r in runs if isinstance(r, RunRecord)}
         hints: dict[str, tuple[str | None, dt.datetime | None]] = {}
@@ -242,6 +247,7 @@ def _from_v1(run: ls_schemas.Run) -> RunRecord:
         trace_id=str(run.trace_id) if run.trace_id else None,
         name=run.name,
         extra=dict(run.extra or {}),
+        error=run.error or None,
     )
 
 
@@ -261,4 +267,5 @@ def _from_v2(run: Any) -> RunRecord:
         trace_id=run.trace_id,
         name=run.name,
         extra=extra,
+        error=getattr(run, "error", None) or None,
     )

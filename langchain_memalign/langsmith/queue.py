@@ -44,7 +44,12 @@ from langchain_memalign.langsmith._fields import (
     score_fields,
 )
 from langchain_memalign.langsmith._source_types import UNRESOLVED
-from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith._verdicts import (
+    Verdict,
+    _judge_each,
+    _judgeable,
+    _write_verdict,
+)
 from langchain_memalign.langsmith.source import (
     ConflictPolicy,
     FeedbackMapping,
@@ -79,7 +84,17 @@ class SendReport(BaseModel):
     verdicts: list[Verdict] = Field(
         default_factory=list,
         description="The judge's verdicts on the considered runs (when the selection "
-        "judged them, or verdicts were written).",
+        "judged them), or on the sent runs (when verdicts were written).",
+    )
+    not_judged: dict[str, str] = Field(
+        default_factory=dict,
+        description="Candidates a judging send left out, with the reason: still running "
+        "(a later send judges them), or ended with an error.",
+    )
+    failed: dict[str, str] = Field(
+        default_factory=dict,
+        description="Candidates whose judgment failed, with the error: not sent (a later "
+        "send judges them again); the others' verdicts are written.",
     )
 
 
@@ -249,6 +264,12 @@ class JudgeAnnotationQueue:
                 judge's key (and runs already in the queue, always).
             write_verdicts: Also write the judge's verdicts on the sent runs as
                 model feedback, so reviewers see them and can correct them.
+
+        A send that judges (`"uncertain"`, `"disagreement"`, or `write_verdicts`)
+        considers only runs that ended without error (the others are in the report's
+        `not_judged`), judges each run on its own, and leaves out the runs whose
+        judgment failed (`failed`, with the error); with `"all"` and `"sample"` only
+        the chosen runs are judged, each verdict written as soon as it is known.
             seed: Random seed of `select="sample"`.
         """
         if select not in ("all", "sample", "uncertain", "disagreement"):
@@ -258,7 +279,11 @@ class JudgeAnnotationQueue:
         if select == "disagreement" and not signal_keys:
             raise ValueError("select='disagreement' needs signal_keys to compare with")
         queue_id = self.ensure()
-        candidates = self.api.records(runs, project, scan if project is not None else None)
+        judging = select in ("uncertain", "disagreement") or write_verdicts
+        # A send that judges leaves a project's errored runs out of the `scan` latest.
+        candidates = self.api.records(
+            runs, project, scan if project is not None else None, with_errors=not judging
+        )
         queued = set(self.api.queue_run_ids(queue_id, None))
         if skip_reviewed and candidates:
             queued |= {
@@ -273,29 +298,49 @@ class JudgeAnnotationQueue:
         report = SendReport(
             queue_id=queue_id, considered=len(fresh), skipped=len(candidates) - len(fresh)
         )
+        if judging:
+            # Only runs that ended without error have something to judge; a running one
+            # stays out of the queue until a later send can judge it.
+            fresh, report.not_judged = _judgeable(fresh)
+        judge_options: dict[str, Any] = {
+            "client": self.client, "trace": write_verdicts, "mapping": self.mapping
+        }  # fmt: skip
+
+        def write(run: RunRecord, verdict: Verdict) -> Verdict:
+            return _write_verdict(self.judge, self.client, run, verdict)
+
         verdicts: dict[str, Verdict] = {}
-        if select in ("uncertain", "disagreement") or write_verdicts:
-            judged = _judge_runs(
-                self.judge, fresh, client=self.client, trace=write_verdicts, mapping=self.mapping
-            )
-            verdicts = {v.run_id: v for v in judged}
         order = fresh
         if select == "sample":
             assert limit is not None
             order = random.Random(seed).sample(fresh, min(limit, len(fresh)))
-        elif select == "uncertain":
-            report.priority = {rid: v.uncertainty for rid, v in verdicts.items()}
-            order = sorted(fresh, key=lambda r: -verdicts[r.id].uncertainty)
-        elif select == "disagreement":
-            report.priority = self._disagreement(fresh, verdicts, signal_keys)
-            order = sorted(
-                (r for r in fresh if report.priority.get(r.id, 0.0) > 0),
-                key=lambda r: -report.priority[r.id],
-            )
-        chosen = order[:limit]
-        if write_verdicts:
-            for run in chosen:
-                verdicts[run.id] = _write_verdict(self.judge, self.client, run, verdicts[run.id])
+        if select in ("all", "sample"):
+            chosen = order[:limit]
+            if write_verdicts:
+                # The chosen runs only, each verdict written as soon as it is known.
+                verdicts, report.failed = _judge_each(
+                    self.judge, chosen, write=write, **judge_options
+                )
+        else:
+            # The selection needs every candidate's verdict: written once chosen.
+            verdicts, report.failed = _judge_each(self.judge, fresh, **judge_options)
+            judged = [r for r in fresh if r.id in verdicts]
+            if select == "uncertain":
+                report.priority = {rid: v.uncertainty for rid, v in verdicts.items()}
+                order = sorted(judged, key=lambda r: -verdicts[r.id].uncertainty)
+            else:
+                report.priority = self._disagreement(judged, verdicts, signal_keys)
+                order = sorted(
+                    (r for r in judged if report.priority.get(r.id, 0.0) > 0),
+                    key=lambda r: -report.priority[r.id],
+                )
+            chosen = order[:limit]
+            if write_verdicts:
+                for run in chosen:
+                    verdicts[run.id] = write(run, verdicts[run.id])
+        # A run whose judgment failed is not sent without its verdict: the next send
+        # judges it again (it is not in the queue).
+        chosen = [r for r in chosen if r.id not in report.failed]
         self.api.add_to_queue(queue_id, chosen)
         report.run_ids = [r.id for r in chosen]
         report.verdicts = [verdicts[r.id] for r in fresh if r.id in verdicts]

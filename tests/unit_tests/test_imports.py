@@ -78,6 +78,7 @@ EXPECTED_LANGSMITH_ALL = [
     "SendReport",
     "SyncReport",
     "Verdict",
+    "Verdicts",
     "Vote",
     "ainvoke_and_log",
     "ajudge_evaluator",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,9 +72,15 @@ def runs(server: LangSmithTestServer) -> list[dict[str, Any]]:
         "polite words on sizes",
     ]
     return [
-        server.add_run(session_id=project["id"], inputs={"q": f"q{i}"}, outputs={"a": text})
+        server.add_run(
+            session_id=project["id"], inputs={"q": f"q{i}"}, outputs={"a": text}, end_time=_now()
+        )
         for i, text in enumerate(texts)
     ]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
 
 
 def queued(server: LangSmithTestServer, queue: JudgeAnnotationQueue) -> list[str]:
@@ -162,7 +169,7 @@ def test_send_the_runs_the_judge_is_least_sure_about(
         "unsure": ("hours", "rude answer about store hours"),  # judged bad, like "p" (good)
     }
     ids = {
-        name: server.add_run(session_id=project["id"], inputs=i, outputs=o)["id"]
+        name: server.add_run(session_id=project["id"], inputs=i, outputs=o, end_time=_now())["id"]
         for name, (i, o) in texts.items()
     }
     queue = JudgeAnnotationQueue(judge, client)
@@ -310,3 +317,37 @@ def test_a_disputed_review_waits_for_the_teams_final_answer(
     assert (judge.get_feedback(second.added[0]).value, len(judge.feedback_ids)) == (False, 3)
     with pytest.raises(ValueError, match="is not in the queue"):
         queue.set_final(runs[5]["id"], True)
+
+
+def test_a_judging_send_leaves_out_running_errored_and_failed_runs(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    def garbled(case: str, memory: str) -> Any:
+        if "garbled" in case:
+            return "not json at all"  # an unusable answer, every time this case is asked
+        return rule(case, memory)
+
+    model.responder.judge_rule = garbled
+    project = server.add_project("prod")["id"]
+
+    def run(text: str, **fields: Any) -> str:
+        fields = {"outputs": {"a": text}, "end_time": _now(), **fields}
+        return str(server.add_run(session_id=project, inputs={"q": text}, **fields)["id"])
+
+    good = [run("polite hours"), run("rude refunds")]
+    bad = run("garbled sizes")
+    running = run("polite shipping", end_time=None, outputs=None)
+    run("polite returns", error="TimeoutError: upstream", outputs=None)
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = queue.send(project="prod", select="all", write_verdicts=True)
+    # The failed judgment is named and its run not sent; the others are, with verdicts.
+    assert sorted(sent.run_ids) == sorted(good) and sorted(queued(server, queue)) == sorted(good)
+    assert list(sent.failed) == [bad] and "MalformedOutputError" in sent.failed[bad]
+    assert sorted(v.run_id for v in sent.verdicts) == sorted(good)
+    verdict_runs = [f["run_id"] for f in server.feedback.values() if f["key"] == KEY]
+    assert sorted(verdict_runs) == sorted(good)
+    # A running run waits for a later send; an errored one is never read.
+    assert list(sent.not_judged) == [running] and "still running" in sent.not_judged[running]
+    model.responder.judge_rule = rule
+    again = queue.send(project="prod", select="uncertain", write_verdicts=True)
+    assert again.run_ids == [bad] and again.failed == {} and list(again.not_judged) == [running]
