@@ -6,12 +6,16 @@ import datetime as dt
 
 from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo, to_json
-from langchain_memalign.cli.judge_file import EXIT_OK, CLIError
+from langchain_memalign.cli.judge_file import EXIT_FAILED, EXIT_OK, CLIError
 from langchain_memalign.errors import MemAlignError
 
 
 def cmd_watch(ctx: Context) -> int:
-    """Judge new runs, queue some for review and learn from completed reviews."""
+    """Judge new runs, queue some for review and learn from completed reviews.
+
+    Exits `EXIT_FAILED` when a cycle did not do all its work (a judgment or a reflection
+    failed, or the rate limit cut it short): cron's `--once` then reports it.
+    """
     from langchain_memalign.langsmith import JudgeMonitor, MonitorCycle
 
     args = ctx.args
@@ -28,7 +32,11 @@ def cmd_watch(ctx: Context) -> int:
             trace=args.trace,
         )
 
+        troubled: list[MonitorCycle] = []
+
         def report(cycle: MonitorCycle) -> None:
+            if not cycle.clean:
+                troubled.append(cycle)
             if args.json:
                 echo(to_json(cycle.model_dump(mode="json") | {"accuracy": cycle.accuracy}))
             else:
@@ -41,4 +49,4 @@ def cmd_watch(ctx: Context) -> int:
         raise CLIError(str(e)) from e
     finally:
         judge.close()
-    return EXIT_OK
+    return EXIT_FAILED if troubled else EXIT_OK

@@ -95,6 +95,15 @@ class MonitorCycle(BaseModel):
     seconds: float = 0.0
 
     @property
+    def clean(self) -> bool:
+        """Whether the cycle did all its work.
+
+        No judgment or reflection failed, and no rate limit cut it short (runs given up
+        in earlier cycles do not count).
+        """
+        return not (self.failed or self.pulled.failed or self.rate_limited)
+
+    @property
     def accuracy(self) -> float | None:
         """The share of new reviews the judge had agreed with, if any arrived."""
         if not self.agreement:

@@ -1047,3 +1047,37 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     assert langsmith.wait_for(evaluators, timeout=30)
     code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--sampling-rate", "2")
     assert code == EXIT_USAGE and "sampling_rate must be within 0 and 1" in err
+
+
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_watch_exits_1_when_a_judgment_failed(env: Env, langsmith: Any) -> None:
+    from langsmith import Client
+
+    client = Client(api_url=langsmith.url, api_key="test", auto_batch_tracing=False)
+    client.create_project("support-bot")
+    for question in ("Where is my order?", "garbled question"):
+        client.create_run(
+            "agent", {"question": question}, "chain", id=uuid.uuid4(),
+            project_name="support-bot", outputs={"answer": "Yes."},
+            end_time=dt.datetime.now(dt.UTC),
+        )  # fmt: skip
+
+    def garbled(case: str, memory: str) -> Any:
+        return "not json at all" if "garbled" in case else empathy_rule(case, memory)
+
+    env.responder.judge_rule = garbled
+    env.created()
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    # The other run's verdict is written, and the cycle says what failed: cron notices.
+    assert code == EXIT_FAILED, err
+    assert "1 of 2 runs judged" in out and "; 1 failed; " in out
+    code, out, _ = env.run("watch", "--langsmith-project", "support-bot", "--once", "--json")
+    assert code == EXIT_FAILED and len(json.loads(out)["failed"]) == 1
+    env.responder.judge_rule = empathy_rule  # the model answers properly now
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    assert code == EXIT_OK and "1 of 2 runs judged (1 already" in out, err
+    code, out, _ = env.run("watch", "--help")
+    assert "Exit status:" in out and "a judgment or a reflection failed" in out
