@@ -455,3 +455,23 @@ def test_which_errors_are_a_provider_outage(error: Exception, outage: bool) -> N
     except MalformedOutputError as wrapped:
         assert _is_outage(wrapped) is outage
 
+
+@pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_runs_started_before_their_project_are_read(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    from langchain_memalign.langsmith import write_verdicts
+
+    # A project created by its first batch of runs (or a client with its own clock) can
+    # start after some of its runs.
+    project = server.add_project("prod")
+    started = dt.datetime.fromisoformat(project["start_time"].replace("Z", "+00:00"))
+    before = (started - dt.timedelta(hours=1)).isoformat()
+    early = add_runs(server, ["polite hours", "rude refunds"], start_time=before)
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=1)
+    cycle = monitor.run_once()
+    assert sorted(v.run_id for v in cycle.verdicts) == sorted(early) and cycle.considered == 2
+    late = add_runs(server, ["polite sizes"], start_time=before)
+    assert [v.run_id for v in write_verdicts(judge, client, project="prod")] == late
+    sent = monitor.queue.send(project="prod")
+    assert set(late) <= set(sent.run_ids) and set(sent.run_ids) <= set(early + late)
