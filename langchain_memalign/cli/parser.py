@@ -499,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  1    in some cycle a judgment or a reflection failed, or the service's rate\n"
         "       limit cut the cycle short (its report says which; a failed run is judged\n"
         "       again by the next cycles, three times in all)\n"
-        "  2    bad arguments or configuration\n"
+        "  2    bad arguments or configuration: no LangSmith API key, an unknown project\n"
         "  130  interrupted",
         formatter_class=fmt,
     )

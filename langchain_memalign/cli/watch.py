@@ -7,6 +7,7 @@ import datetime as dt
 from langchain_memalign.cli.context import Context
 from langchain_memalign.cli.io import echo, to_json
 from langchain_memalign.cli.judge_file import EXIT_FAILED, EXIT_OK, CLIError
+from langchain_memalign.cli.langsmith_env import require_api_key, unknown_project
 from langchain_memalign.errors import MemAlignError
 
 
@@ -16,9 +17,12 @@ def cmd_watch(ctx: Context) -> int:
     Exits `EXIT_FAILED` when a cycle did not do all its work (a judgment or a reflection
     failed, or the rate limit cut it short): cron's `--once` then reports it.
     """
+    from langsmith import utils as ls_utils
+
     from langchain_memalign.langsmith import JudgeMonitor, MonitorCycle
 
     args = ctx.args
+    require_api_key()  # before the judge opens its memory: nothing to undo
     judge = ctx.judge()
     try:
         monitor = JudgeMonitor(
@@ -31,6 +35,10 @@ def cmd_watch(ctx: Context) -> int:
             seed=args.seed,
             trace=args.trace,
         )
+        try:  # a typo in the name is the user's to fix, not a failed cycle
+            monitor.api.project(args.langsmith_project)
+        except ls_utils.LangSmithNotFoundError as e:
+            raise unknown_project(args.langsmith_project) from e
 
         troubled: list[MonitorCycle] = []
 

@@ -297,7 +297,7 @@ class JudgeMonitor:
         chosen = [r for r in sampled if self.where is None or self.where(r)]
         cycle.filtered_out = len(sampled) - len(chosen)
         # Off, the judge's own calls stay off LangSmith whatever the environment says (as
-        # under `evaluate(upload_results=False)`, `no_upload_when_local`).
+        # under `evaluate(upload_runs=False)`, `no_upload_when_local`).
         tracing = contextlib.nullcontext() if self.trace else rh.tracing_context(enabled=False)
         errors: dict[str, Exception] = {}
         with tracing:

@@ -1081,3 +1081,22 @@ def test_watch_exits_1_when_a_judgment_failed(env: Env, langsmith: Any) -> None:
     assert code == EXIT_OK and "1 of 2 runs judged (1 already" in out, err
     code, out, _ = env.run("watch", "--help")
     assert "Exit status:" in out and "a judgment or a reflection failed" in out
+
+
+def test_watch_and_align_say_what_to_fix_without_a_key_or_with_an_unknown_project(
+    env: Env, langsmith: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.created()
+    code, _, err = env.run("watch", "--langsmith-project", "nope", "--once")
+    assert code == EXIT_USAGE and "no project named 'nope'" in err, err
+    code, _, err = env.run("align", "--langsmith-project", "nope")
+    assert code == EXIT_USAGE and "no project named 'nope'" in err, err
+    before = len(langsmith.requests)
+    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY", "LANGSMITH_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    for argv in (["watch", "--langsmith-project", "support-bot", "--once"],
+                 ["align", "--langsmith-project", "support-bot"]):  # fmt: skip
+        code, _, err = env.run(*argv)
+        assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
+        assert "LangSmithConnectionError" not in err and "api.smith.langchain.com" in err
+    assert len(langsmith.requests) == before  # refused before any call
