@@ -56,6 +56,7 @@ from langchain_memalign.langsmith.source import (
     LangSmithFeedbackSource,
     SyncReport,
 )
+from langchain_memalign.scale import Scale
 
 Selection = Literal["all", "sample", "uncertain", "disagreement"]
 """Which runs `send` puts in the queue.
@@ -408,20 +409,22 @@ class JudgeAnnotationQueue:
         return self._source
 
     def _final_answer(self, item: Any) -> Any:
-        """What the team settled on for the judge's key, when its reviewers disagreed.
+        """What the team settled on for the judge's key (the final answer), if anything.
 
-        `MISSING` when they did not disagree (or the server does not say), the final
-        answer's label when one is set, `UNRESOLVED` while none is.
+        `MISSING` when no final is set and the reviewers did not disagree (or the server
+        does not say); the final's label when one is set, whatever the agreement state (a
+        final can be set, or kept, after the reviewers came to agree); `UNRESOLVED` while
+        a dispute has none, or when the final is not one label on the judge's scale.
         """
         agreements = getattr(item, "key_agreements", None) or {}
         found = agreements.get(self.judge.config.name)
-        if found is None or getattr(found, "state", None) != "disagreed":
+        if found is None:
             return MISSING
         answer = getattr(found, "answer", None)
-        if not getattr(found, "has_final", False) or answer is None:
-            return UNRESOLVED
-        label = read_label(self.judge.scale, answer.model_dump(), ("value", "score"))
-        return UNRESOLVED if label is MISSING else label
+        if getattr(found, "has_final", False) and answer is not None:
+            label = _final_label(self.judge.scale, answer.model_dump())
+            return UNRESOLVED if label is MISSING else label
+        return UNRESOLVED if getattr(found, "state", None) == "disagreed" else MISSING
 
     def pull(self) -> SyncReport:
         """Align the judge on the reviews of archived queue items (incrementally).
@@ -494,3 +497,24 @@ class JudgeAnnotationQueue:
     async def acycle(self, runs: Sequence[RunRef] | None = None, **kwargs: Any) -> CycleReport:
         """Async twin of `cycle` (runs off the event loop)."""
         return await asyncio.to_thread(self.cycle, runs, **kwargs)
+
+
+def _final_label(scale: Scale, answer: dict[str, Any]) -> Any:
+    """The label of a final answer on `scale`, or `MISSING`.
+
+    A final comes as `value` or `score`, or, set on a multi-select key, as `values` or
+    `scores` (lists): a list that names one label is that label; one that names several
+    is no single label on the judge's scale.
+    """
+    label = read_label(scale, answer, ("value", "score"))
+    if label is not MISSING:
+        return label
+    for many, one in (("values", "value"), ("scores", "score")):
+        items = answer.get(many)
+        if isinstance(items, list) and items:
+            labels = [read_label(scale, {one: item}, (one,)) for item in items]
+            if any(x is MISSING for x in labels):
+                continue
+            if len({repr(x) for x in labels}) == 1:
+                return labels[0]
+    return MISSING

@@ -351,3 +351,48 @@ def test_a_judging_send_leaves_out_running_errored_and_failed_runs(
     model.responder.judge_rule = rule
     again = queue.send(project="prod", select="uncertain", write_verdicts=True)
     assert again.run_ids == [bad] and again.failed == {} and list(again.not_judged) == [running]
+
+
+def test_a_leads_own_final_is_learned_as_the_teams_and_multi_select_finals_are_read(
+    server: LangSmithTestServer, client: Client, model: ScriptedChatModel
+) -> None:
+    judge = MemAlignJudge("quality", "Rate\n{inputs}\n{outputs}", model, HashEmbeddings(),
+                          scale=(1, 5))  # fmt: skip
+    project = server.add_project("prod")["id"]
+    run = server.add_run(session_id=project, inputs={"q": "hours"}, outputs={"a": "9-5"},
+                         end_time=_now())["id"]  # fmt: skip
+    queue = JudgeAnnotationQueue(judge, client)
+    queue.send([run])
+    for annotator, score in (("bob", 2), ("ana", 5)):
+        server.add_feedback(run, "quality", score=score, comment=f"{annotator}'s reason",
+                            feedback_source={"type": "app", "user_name": annotator})  # fmt: skip
+    queue.complete([run])
+    assert queue.pull().added == []  # disputed, no final yet: nothing learned
+
+    team = f"langsmith:final:{run}"
+    # The lead settles on 3, which no reviewer gave: the team's answer is learned.
+    queue.set_final(run, 3)
+    pulled = queue.pull()
+    assert pulled.added == [team] and judge.feedback_ids == [team]
+    assert judge.get_feedback(team).value == 3 and judge.get_feedback(team).rationale is None
+    [conflict] = pulled.conflicts
+    assert conflict.resolution == 3 and conflict.kept == [team]
+    # The lead changes it to 4: the team's answer is replaced.
+    queue.set_final(run, 4)
+    assert queue.pull().updated == [team] and judge.get_feedback(team).value == 4
+    # A final one reviewer gave: that review is learned, the team's own answer is dropped.
+    queue.set_final(run, 2)
+    pulled = queue.pull()
+    [learned] = judge.feedback_ids
+    assert learned != team and judge.get_feedback(learned).value == 2
+    assert judge.get_feedback(learned).rationale == "bob's reason" and team in pulled.removed
+
+    # Finals set on a multi-select key come as lists: one label is read...
+    [item] = server.queue_items[queue.queue_id]
+    item["finals"] = {"quality": {"scores": [4]}}
+    queue.pull()
+    assert judge.feedback_ids == [team] and judge.get_feedback(team).value == 4
+    # ...several are no single label on the judge's scale: the dispute stays open.
+    item["finals"] = {"quality": {"scores": [2, 5]}}
+    queue.pull()
+    assert judge.feedback_ids == []
