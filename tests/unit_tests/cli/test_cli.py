@@ -414,7 +414,7 @@ def test_align_syncs_human_feedback_from_a_langsmith_project(env: Env, langsmith
 def test_align_from_an_unknown_langsmith_project(env: Env, langsmith: Any) -> None:
     env.created()
     code, _, err = env.run("align", "--langsmith-project", "nope")
-    assert code == EXIT_FAILED and "cannot sync feedback from LangSmith project 'nope'" in err
+    assert code == EXIT_USAGE and "LangSmith has no project named 'nope'" in err
     code, _, err = env.run("align", "--langsmith-project", "a", "--langsmith-experiment", "b")
     assert code == EXIT_USAGE and "not both" in err
 
@@ -1091,12 +1091,16 @@ def test_watch_and_align_say_what_to_fix_without_a_key_or_with_an_unknown_projec
     assert code == EXIT_USAGE and "no project named 'nope'" in err, err
     code, _, err = env.run("align", "--langsmith-project", "nope")
     assert code == EXIT_USAGE and "no project named 'nope'" in err, err
-    before = len(langsmith.requests)
-    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY", "LANGSMITH_ENDPOINT"):
+    # No key: refused before any call (with the endpoint kept, a call would reach the
+    # test server without a key).
+    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     for argv in (["watch", "--langsmith-project", "support-bot", "--once"],
                  ["align", "--langsmith-project", "support-bot"]):  # fmt: skip
         code, _, err = env.run(*argv)
         assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
-        assert "LangSmithConnectionError" not in err and "api.smith.langchain.com" in err
-    assert len(langsmith.requests) == before  # refused before any call
+        assert "LangSmithConnectionError" not in err and langsmith.url in err
+    assert all(r.headers.get("x-api-key") for r in langsmith.requests)
+    monkeypatch.delenv("LANGSMITH_ENDPOINT")
+    code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    assert code == EXIT_USAGE and "api.smith.langchain.com" in err
