@@ -12,7 +12,7 @@ from langsmith import run_helpers as rh
 def no_upload_when_local() -> Iterator[None]:
     """Run the block untraced when LangSmith's tracing context is "local".
 
-    `langsmith.evaluate(..., upload_results=False)` runs its evaluators with tracing
+    `langsmith.evaluate(..., upload_runs=False)` runs its evaluators with tracing
     "local" (trace, never upload), which LangChain's tracer takes for "on" and would
     upload; every judgment therefore runs untraced in that mode, whoever calls it.
     """

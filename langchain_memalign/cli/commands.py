@@ -22,6 +22,7 @@ from langchain_memalign.cli.io import (
     usage_line,
 )
 from langchain_memalign.cli.judge_file import EXIT_FAILED, EXIT_OK, TEMPLATE, CLIError
+from langchain_memalign.cli.langsmith_env import require_api_key, unknown_project
 from langchain_memalign.errors import (
     MemAlignError,
     UnknownFeedbackError,
@@ -66,9 +67,12 @@ def cmd_create(ctx: Context) -> int:
 
 def _sync_langsmith(ctx: Context, judge: MemAlignJudge) -> SyncReport:
     """Align the judge with new or changed human feedback in LangSmith (incremental)."""
+    from langsmith import utils as ls_utils
+
     from langchain_memalign.langsmith import LangSmithFeedbackSource
 
     args = ctx.args
+    require_api_key()
     where = (
         f"project {args.langsmith_project!r}"
         if args.langsmith_project
@@ -81,8 +85,15 @@ def _sync_langsmith(ctx: Context, judge: MemAlignJudge) -> SyncReport:
             key=args.feedback_key,
             conflicts=args.conflicts,
         )
+        name = args.langsmith_project or args.langsmith_experiment
+        try:  # a typo in the name is the user's to fix, not a failed sync
+            source.api.project(name)
+        except ls_utils.LangSmithNotFoundError as e:
+            raise unknown_project(name) from e
         return source.sync(judge)
     except MemAlignError:
+        raise
+    except CLIError:
         raise
     except Exception as e:
         raise CLIError(

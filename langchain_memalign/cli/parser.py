@@ -496,7 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
         "so a restart (or cron with --once) resumes where it stopped.",
         epilog="Example:\n  memalign watch -c judge.toml --langsmith-project support-bot "
         "--sampling-rate 0.2 --interval 600\n"
-        "  memalign watch -c judge.toml --langsmith-project support-bot --once   # cron",
+        "  memalign watch -c judge.toml --langsmith-project support-bot --once   # cron\n\n"
+        "Exit status:\n"
+        "  0    every cycle did all its work\n"
+        "  1    in some cycle a judgment or a reflection failed, or the service's rate\n"
+        "       limit cut the cycle short (its report says which; a failed run is judged\n"
+        "       again by the next cycles, three times in all)\n"
+        "  2    bad arguments or configuration: no LangSmith API key, an unknown project\n"
+        "  130  interrupted",
         formatter_class=fmt,
     )
     ls = p.add_argument_group("LangSmith (LANGSMITH_API_KEY, LANGSMITH_ENDPOINT)")

@@ -6,7 +6,7 @@ One import for the whole integration:
 - annotation queues: `JudgeAnnotationQueue`, `SendReport`, `CycleReport`,
   `CompletedItems`;
 - verdicts out: `JudgeRunEvaluator`, `judge_evaluator`, `ajudge_evaluator`,
-  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`;
+  `invoke_and_log`, `write_verdicts`, `awrite_verdicts`, `Verdict`, `Verdicts`;
 - comparing two experiments with a pairwise judge: `comparative_evaluator`;
 - the judge as a LangSmith online evaluator: `export_evaluator`, `EvaluatorExport`
   (also `MemAlignJudge.to_langsmith_evaluator`);
@@ -22,6 +22,7 @@ from langchain_memalign.langsmith.comparative import PairPreparer, comparative_e
 from langchain_memalign.langsmith.evaluator import (
     JudgeRunEvaluator,
     Verdict,
+    Verdicts,
     ainvoke_and_log,
     ajudge_evaluator,
     awrite_verdicts,
@@ -65,6 +66,7 @@ __all__ = [
     "SendReport",
     "SyncReport",
     "Verdict",
+    "Verdicts",
     "Vote",
     "ainvoke_and_log",
     "ajudge_evaluator",

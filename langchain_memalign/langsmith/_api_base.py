@@ -34,11 +34,18 @@ _RUN_SELECTS = [
     "PROJECT_ID",
     "START_TIME",
     "END_TIME",
+    "ERROR",
     "TRACE_ID",
     "REFERENCE_EXAMPLE_ID",
     "EXTRA",
 ]
 _CHUNK = 100
+# The lower bound of every v2 run window over a project (the query needs one, and its
+# default is the last day). Not the project's start time: runs can start before it (a
+# project created by its first batch of runs, clients with their own clocks, traces
+# imported later), and those would never be read. The SDK's own project-wide v2 reads
+# (`Client.get_test_results`) use the same bound.
+EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 _FALLBACK_STATUS = {404, 405, 501}
 
 
@@ -58,6 +65,17 @@ class RunRecord:
     # Last, so that records built positionally keep their meaning.
     end_time: dt.datetime | None = None
     """None while the run is still running (e.g. streaming its output)."""
+    error: str | None = None
+    """The error the run ended with, if it failed."""
+
+    def unjudgeable(self) -> str | None:
+        """Why the run has nothing to judge yet (running, or failed), or None."""
+        if self.error:
+            first = self.error.strip().splitlines()[0] if self.error.strip() else ""
+            return f"ended with an error ({first[:120]})" if first else "ended with an error"
+        if self.end_time is None:
+            return "still running (no end time yet): judged once it has ended"
+        return None
 
     def run_key(self) -> dict[str, Any] | None:
         """The run's full lookup key (project and start time), when both are known."""
@@ -176,7 +194,6 @@ class APIBase:
         self._use_v2_runs: bool | None = None
         self._use_queue_items: bool | None = None
         self._warned_retention = False  # the legacy queue API cannot extend retention
-        self._project_starts: dict[str, dt.datetime | None] = {}
 
     # -- capability detection ------------------------------------------------------------
 
@@ -233,16 +250,7 @@ class APIBase:
             project: ls_schemas.TracerSession = self.client.read_project(project_id=pid)
         else:
             project = self.client.read_project(project_name=str(name_or_id))
-        self._project_starts[str(project.id)] = _time(project.start_time)
         return project
-
-    def _project_start(self, project_id: str) -> dt.datetime | None:
-        if project_id not in self._project_starts:
-            try:
-                self.project(project_id)
-            except ls_utils.LangSmithNotFoundError:
-                self._project_starts[project_id] = None
-        return self._project_starts[project_id]
 
 
 def _status(error: BaseException) -> int | None:

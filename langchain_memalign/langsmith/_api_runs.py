@@ -19,6 +19,7 @@ from langsmith import schemas as ls_schemas
 from langchain_memalign.langsmith._api_base import (
     _CHUNK,
     _RUN_SELECTS,
+    EARLIEST,
     APIBase,
     QueryBackend,
     RunRecord,
@@ -96,10 +97,8 @@ class RunsAPI(APIBase):
                 lo, hi = min(known), max(known)
             else:
                 # No start time (feedback carries only what it was stored with): search
-                # the project's whole lifetime rather than the API's default last day.
-                start = self._project_start(project)
-                lo = start or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-                hi = now
+                # every run of the project rather than the API's default last day.
+                lo, hi = EARLIEST, now
             found.update(
                 self._query_v2(
                     api,
@@ -123,7 +122,6 @@ class RunsAPI(APIBase):
         api = self._v2_runs()
         if api is None:
             return None
-        start = self._project_start(project_id) or dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
         quoted = key.replace("\\", "\\\\").replace('"', '\\"')
         try:
             return [
@@ -132,7 +130,7 @@ class RunsAPI(APIBase):
                     project_ids=[project_id],
                     filter=f'eq(feedback_key, "{quoted}")',
                     min_feedback_modified_at=since,
-                    min_start_time=start - dt.timedelta(seconds=1),
+                    min_start_time=EARLIEST,
                     max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
                     selects=["ID"],
                     page_size=_CHUNK,
@@ -160,7 +158,8 @@ class RunsAPI(APIBase):
                     api,
                     project_ids=[str(project.id)],
                     is_root=True,
-                    min_start_time=project.start_time - dt.timedelta(seconds=1),
+                    # Not the project's start time: runs can start before it.
+                    min_start_time=EARLIEST,
                     max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
                     **no_error,
                 ):
@@ -205,12 +204,17 @@ class RunsAPI(APIBase):
         runs: Sequence[RunRef] | None,
         project: str | uuid.UUID | None,
         limit: int | None = None,
+        *,
+        with_errors: bool = True,
     ) -> list[RunRecord]:
-        """The runs given (read when only their ids are), or a project's latest root runs."""
+        """The runs given (read when only their ids are), or a project's latest root runs.
+
+        `with_errors=False` leaves a project's errored runs out (given runs are kept).
+        """
         if (runs is None) == (project is None):
             raise ValueError("give exactly one of runs or project")
         if project is not None:
-            return self.project_runs(self.project(project), limit=limit)
+            return self.project_runs(self.project(project), limit=limit, with_errors=with_errors)
         assert runs is not None
         ready = {r.id: r for r in runs if isinstance(r, RunRecord)}
         hints: dict[str, tuple[str | None, dt.datetime | None]] = {}
@@ -242,6 +246,7 @@ def _from_v1(run: ls_schemas.Run) -> RunRecord:
         trace_id=str(run.trace_id) if run.trace_id else None,
         name=run.name,
         extra=dict(run.extra or {}),
+        error=run.error or None,
     )
 
 
@@ -261,4 +266,5 @@ def _from_v2(run: Any) -> RunRecord:
         trace_id=run.trace_id,
         name=run.name,
         extra=extra,
+        error=getattr(run, "error", None) or None,
     )

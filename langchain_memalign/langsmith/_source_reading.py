@@ -28,6 +28,8 @@ from langchain_memalign.langsmith._fields import (
     read_text,
 )
 from langchain_memalign.langsmith._source_types import (
+    FINAL_PREFIX,
+    UNRESOLVED,
     VERDICT_SOURCE_TYPES,
     ConflictPolicy,
     FeedbackMapping,
@@ -139,7 +141,33 @@ class _SourceReader:
                 seen = reviews.get(review.langsmith_id)
                 if seen is None or review.at >= seen.at:
                     reviews[review.langsmith_id] = review
-        return list(reviews.values()), skipped
+        return [*reviews.values(), *self._finals(run_ids)], skipped
+
+    def _finals(self, run_ids: Sequence[str] | None) -> list[_Review]:
+        """The team's final answers on the runs listed, each as a review of kind "final".
+
+        Conflict resolution keeps one only where no reviewer gave the final answer (a
+        lead's own answer); it then teaches the judge as the team's review of the run.
+        """
+        scope = self._in_scope() if run_ids is None else set(run_ids).__contains__
+        return [
+            _Review(
+                langsmith_id=f"{FINAL_PREFIX}{run_id}",
+                run_id=run_id,
+                project_id=self.run_projects.get(run_id),
+                start_time=None,
+                kind="final",
+                source_type="final",
+                label=label,
+                rationale=None,  # the final answer carries none
+                annotator=None,
+                created_at=None,
+                modified_at=None,
+                record={},
+            )
+            for run_id, label in sorted(self.run_finals.items())
+            if label is not UNRESOLVED and scope(run_id)
+        ]
 
     def _changed_runs(
         self, key: str, state: Mapping[str, Any], stamps: dict[str, str]

@@ -93,7 +93,10 @@ class Vote(BaseModel):
     feedback_id: str = Field(description="The `Feedback` id (`langsmith:<feedback id>`).")
     annotator: str | None = None
     label: Any = None
-    kind: Literal["review", "correction"] = "review"
+    kind: Literal["review", "correction", "final"] = Field(
+        default="review",
+        description='"final": the team\'s final answer, when no review gave it.',
+    )
     at: dt.datetime | None = None
 
 
@@ -147,13 +150,17 @@ class SyncReport(BaseModel):
         return self.align.failed if self.align else []
 
 
+FINAL_PREFIX = "final:"
+"""The id prefix of a team's final answer read as a review (`final:<run id>`)."""
+
+
 @dataclass(frozen=True)
 class _Review:
     langsmith_id: str
     run_id: str
     project_id: str | None
     start_time: dt.datetime | None
-    kind: Literal["review", "correction"]
+    kind: Literal["review", "correction", "final"]
     source_type: str
     label: Any
     rationale: str | None
@@ -168,6 +175,10 @@ class _Review:
 
     @property
     def stamp(self) -> str:
+        if self.kind == "final":
+            # A final answer has no record, nor modification time: its label is what
+            # changes (a lead changing the final), and a change must be learned again.
+            return f"{FINAL_PREFIX}{self.label!r}"
         return _stamp(self.modified_at)
 
     @property
@@ -192,14 +203,21 @@ def _resolve_conflicts(
     """The LangSmith feedback ids kept under `policy`, and the conflicts found.
 
     `finals` holds, by run, the final answer a review team set on a disputed key: only
-    the reviews giving it are kept, whatever the policy. A run whose dispute is
+    the reviews giving it are kept, whatever the policy; when none gave it, the team's
+    answer itself (a review of kind "final" among `reviews`) is kept. A run whose dispute is
     `UNRESOLVED` keeps none of its reviews until the team decides. Reviews a later one of
     the same annotator replaced are added to `replaced`, with the reason.
     """
     finals = finals or {}
     by_run: dict[str, list[_Review]] = {}
+    team: dict[str, _Review] = {}
     for r in reviews:
-        by_run.setdefault(r.run_id, []).append(r)
+        if r.kind == "final":
+            team[r.run_id] = r
+        else:
+            by_run.setdefault(r.run_id, []).append(r)
+    for run_id in team:
+        by_run.setdefault(run_id, [])
     kept: set[str] = set()
     conflicts: list[Conflict] = []
     for run_id, group in by_run.items():
@@ -227,7 +245,13 @@ def _resolve_conflicts(
             resolution = None
         elif final is not _NO_FINAL:
             resolution = final
-            kept.update(r.langsmith_id for r in current if _hashable(r.label) == _hashable(final))
+            gave = {r.langsmith_id for r in current if _hashable(r.label) == _hashable(final)}
+            own = team.get(run_id)
+            if not gave and own is not None and _hashable(own.label) == _hashable(final):
+                # A lead's own answer, which no reviewer gave (3 between reviews of 2 and
+                # 5): the team's answer is learned as such, or the run would teach nothing.
+                gave = {own.langsmith_id}
+            kept.update(gave)
         elif len(labels) <= 1 or policy == "keep_all":
             kept.update(r.langsmith_id for r in current)
             resolution = None
@@ -261,7 +285,8 @@ def _resolve_conflicts(
                         for r in current
                     ],
                     resolution=resolution,
-                    kept=[r.feedback_id for r in current if r.langsmith_id in kept],
+                    kept=[r.feedback_id for r in current if r.langsmith_id in kept]
+                    + [t.feedback_id for t in [team.get(run_id)] if t and t.langsmith_id in kept],
                 )
             )
     return kept, conflicts

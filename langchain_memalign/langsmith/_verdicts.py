@@ -5,16 +5,18 @@ writes each `Verdict` on its run as model feedback on the judge's key,
 linked to the judge's own traced run and marked as the judge's (`_mark`), so
 that reviewers can correct it in the LangSmith UI and the correction comes
 back through `LangSmithFeedbackSource`. `uncertainty` scores how much the
-recalled past cases disagree with a verdict; `_judge_runs` and
-`_write_verdict` are the two steps, shared with `JudgeAnnotationQueue`
-(`JudgeMonitor` judges with `_judgments`, which yields each verdict once known).
+recalled past cases disagree with a verdict. Judging and writing are shared
+with `JudgeAnnotationQueue` and `JudgeMonitor`: `_judgments` yields each
+verdict (or the error judging its run) once known, `_judge_each` collects
+them, writing each as it comes, and `_write_verdict` writes one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -36,6 +38,8 @@ from langchain_memalign.langsmith._fields import (
 )
 from langchain_memalign.langsmith.source import FeedbackMapping
 from langchain_memalign.result import JudgeResult, label_of
+
+logger = logging.getLogger(__name__)
 
 _FEEDBACK_NS = uuid.UUID("6f1c1f0e-8a51-4d55-9d4f-6d656d616c67")
 
@@ -81,6 +85,27 @@ class Verdict(BaseModel):
     )
 
 
+class Verdicts(list[Verdict]):
+    """The verdicts `write_verdicts` wrote (a list), and the runs it did not judge.
+
+    Attributes:
+        failed: Runs whose judgment failed, with the error (the others were written).
+        skipped: Runs not judged, with the reason: still running (no end time yet:
+            judged by a later call, once ended), or ended with an error.
+    """
+
+    def __init__(
+        self,
+        verdicts: Iterable[Verdict] = (),
+        *,
+        failed: dict[str, str] | None = None,
+        skipped: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(verdicts)
+        self.failed: dict[str, str] = dict(failed or {})
+        self.skipped: dict[str, str] = dict(skipped or {})
+
+
 def uncertainty(judge: MemAlignJudge, result: JudgeResult) -> float:
     """How unsure a verdict is, from the expert labels of the cases it recalled.
 
@@ -113,7 +138,7 @@ def _case(run: RunRecord, mapping: FeedbackMapping) -> dict[str, Any]:
     }
 
 
-def _judge_runs(
+def _judge_each(
     judge: MemAlignJudge,
     runs: Sequence[RunRecord],
     *,
@@ -122,24 +147,53 @@ def _judge_runs(
     mapping: FeedbackMapping | None = None,
     tracing_project: str = "evaluators",
     max_concurrency: int = 4,
-) -> list[Verdict]:
-    """Judge LangSmith runs (as the integration reads them), in one batch.
+    write: Callable[[RunRecord, Verdict], Verdict] | None = None,
+) -> tuple[dict[str, Verdict], dict[str, str]]:
+    """Judge LangSmith runs one by one: the verdicts, and the runs whose judgment failed.
 
-    With `trace`, each judgment is traced to `tracing_project` under a known
-    run id (`Verdict.judge_run_id`), so that feedback can link to it.
+    The per-run path of `_judgments`: a judgment that fails fails alone (its run is in
+    the second dict with the error, and a warning names it), and `write`, when given,
+    writes each verdict as soon as it is known, while the other judgments run. Both
+    dicts follow the order of `runs`, whichever judgment ended first.
     """
-    if not runs:
-        return []
-    cases, configs, tracer = _prepare(
-        judge, runs, client, trace, mapping, tracing_project, max_concurrency
+    verdicts: dict[str, Verdict] = {}
+    failed: dict[str, str] = {}
+    for run, outcome in _judgments(
+        judge,
+        runs,
+        client=client,
+        trace=trace,
+        mapping=mapping,
+        tracing_project=tracing_project,
+        max_concurrency=max_concurrency,
+    ):
+        if isinstance(outcome, Exception):
+            failed[run.id] = f"{type(outcome).__name__}: {outcome}"
+            logger.warning("judging run %s failed: %s", run.id, failed[run.id])
+            continue
+        verdicts[run.id] = outcome if write is None else write(run, outcome)
+    order = {r.id: i for i, r in enumerate(runs)}
+    return (
+        dict(sorted(verdicts.items(), key=lambda kv: order[kv[0]])),
+        dict(sorted(failed.items(), key=lambda kv: order[kv[0]])),
     )
-    results = judge.batch(cases, configs)
-    if tracer is not None:
-        tracer.wait_for_futures()
-    return [
-        _verdict(judge, run, result, config)
-        for run, result, config in zip(runs, results, configs, strict=True)
-    ]
+
+
+def _judgeable(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], dict[str, str]]:
+    """The runs that can be judged (ended, without error), and why each other cannot.
+
+    A running run has no outputs yet (a verdict on them would be written for good,
+    and never revisited), and an errored one has nothing to judge.
+    """
+    ready: list[RunRecord] = []
+    skipped: dict[str, str] = {}
+    for run in runs:
+        why = run.unjudgeable()
+        if why is None:
+            ready.append(run)
+        else:
+            skipped[run.id] = why
+    return ready, skipped
 
 
 def _judgments(
@@ -154,9 +208,11 @@ def _judgments(
 ) -> Iterator[tuple[RunRecord, Verdict | Exception]]:
     """Judge LangSmith runs, yielding each verdict, or the error judging it, once known.
 
-    As `_judge_runs`, but a verdict comes as soon as its judgment ends (the caller can
-    write it while the others run), and a judgment that fails is yielded as its error
-    instead of failing the others. Each case is embedded on its own.
+    A verdict comes as soon as its judgment ends (the caller can write it while the
+    others run), and a judgment that fails is yielded as its error instead of failing
+    the others. Each case is embedded on its own. With `trace`, each judgment is
+    traced to `tracing_project` under a known run id (`Verdict.judge_run_id`), so that
+    feedback can link to it.
     """
     if not runs:
         return
@@ -267,12 +323,16 @@ def write_verdicts(
     mapping: FeedbackMapping | None = None,
     tracing_project: str = "evaluators",
     max_concurrency: int = 4,
-) -> list[Verdict]:
+) -> Verdicts:
     """Judge production runs and write each verdict as model feedback.
 
-    Each judgment is traced to `tracing_project`, and its verdict is written
-    on the run as `model` feedback on the judge's key, linked to that trace
-    (`source_run_id`), with the rationale as comment. A reviewer can correct
+    Only runs that have ended without error are judged: the others are in the
+    result's `skipped`, with the reason. Each judgment is traced to
+    `tracing_project`, and its verdict is written on the run as soon as it is
+    known, as `model` feedback on the judge's key, linked to that trace
+    (`source_run_id`), with the rationale as comment. A judgment that fails
+    fails alone: its run is in the result's `failed` with the error (and a
+    warning names it), the other verdicts are written. A reviewer can correct
     it in the LangSmith UI; `LangSmithFeedbackSource` turns the correction
     into the judge's strongest feedback. Writing again replaces the previous
     verdict unless a reviewer corrected it. The judge's key gets a workspace
@@ -282,11 +342,16 @@ def write_verdicts(
         judge: The judge.
         client: A `langsmith.Client` (default: from the environment).
         runs: The runs to judge (ids or `Run` objects)...
-        project: ...or a project whose root runs to judge (newest first).
-        limit: At most this many runs of the project.
+        project: ...or a project whose root runs to judge (newest first; those that
+            ended with an error are not read).
+        limit: At most this many runs of the project (errored runs not counted).
         mapping: Which run fields are the case's inputs and outputs.
         tracing_project: Where the judge's runs are traced.
         max_concurrency: Judgments in parallel.
+
+    Returns:
+        The verdicts written, in the runs' order (a list), with `failed` and
+        `skipped` (see `Verdicts`).
 
     Raises:
         FeedbackConfigMismatchError: The workspace reads the key on another scale;
@@ -297,8 +362,10 @@ def write_verdicts(
     # The key's workspace config is the judge's scale before the first verdict lands (a
     # verdict on a key read on another scale would be misread in the UI).
     api.ensure_feedback_config(judge.config.name, feedback_config(judge.scale))
-    records = api.records(runs, project, limit)
-    verdicts = _judge_runs(
+    # A project's errored runs take no place among its `limit` latest (the query leaves
+    # them out); given runs are checked one by one.
+    records, skipped = _judgeable(api.records(runs, project, limit, with_errors=False))
+    verdicts, failed = _judge_each(
         judge,
         records,
         client=client,
@@ -306,8 +373,11 @@ def write_verdicts(
         mapping=mapping,
         tracing_project=tracing_project,
         max_concurrency=max_concurrency,
+        # Each verdict is written as soon as it is known: a call that dies midway keeps
+        # what it wrote.
+        write=lambda run, verdict: _write_verdict(judge, client, run, verdict),
     )
-    return [_write_verdict(judge, client, r, v) for r, v in zip(records, verdicts, strict=True)]
+    return Verdicts(verdicts.values(), failed=failed, skipped=skipped)
 
 
 async def awrite_verdicts(
@@ -315,6 +385,6 @@ async def awrite_verdicts(
     client: Client | None = None,
     runs: Sequence[RunRef] | None = None,
     **kwargs: Any,
-) -> list[Verdict]:
+) -> Verdicts:
     """Async twin of `write_verdicts` (runs off the event loop)."""
     return await asyncio.to_thread(write_verdicts, judge, client, runs, **kwargs)

@@ -32,6 +32,7 @@ from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith._fields import score_fields
 from langchain_memalign.langsmith._verdicts import (
     Verdict,
+    Verdicts,
     _mark,
     awrite_verdicts,
     uncertainty,
@@ -45,6 +46,7 @@ __all__ = [
     "CasePreparer",
     "JudgeRunEvaluator",
     "Verdict",
+    "Verdicts",
     "ainvoke_and_log",
     "ajudge_evaluator",
     "awrite_verdicts",

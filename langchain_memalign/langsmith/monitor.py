@@ -13,8 +13,9 @@ feedback as soon as it is known and sends the runs most worth a human look to th
 It is resumable: a run that already carries the judge's verdict is never judged again, and
 sampling is decided by the run's id, so a run left out stays left out after a restart. A
 judgment that fails is retried by the next cycles, `MAX_ATTEMPTS` times in all (counted in
-the judge's memory, so restarts count too); the judge's own calls are not traced unless
-asked for (`trace`).
+the judge's memory, so restarts count too), unless every judgment of its cycle failed on
+the model provider (an outage: not counted against the runs); the judge's own calls are
+not traced unless asked for (`trace`).
 """
 
 from __future__ import annotations
@@ -88,11 +89,26 @@ class MonitorCycle(BaseModel):
         description="Runs whose judgment failed in this cycle, with the error: a later "
         "cycle judges them again.",
     )
+    outage: str | None = Field(
+        default=None,
+        description="Every judgment of the cycle failed with a provider error (a connection, "
+        "timeout, rate-limit or 5xx-type error), the first one given here: the model, not "
+        "the runs, failed, so the failures do not count towards giving the runs up.",
+    )
     sent: list[str] = Field(default_factory=list, description="Runs sent to the review queue.")
     rate_limited: bool = Field(
         default=False, description="The service refused for its rate limit: cut short."
     )
     seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """Whether the cycle did all its work.
+
+        No judgment or reflection failed, and no rate limit cut it short (runs given up
+        in earlier cycles do not count).
+        """
+        return not (self.failed or self.pulled.failed or self.rate_limited)
 
     @property
     def accuracy(self) -> float | None:
@@ -108,6 +124,8 @@ class MonitorCycle(BaseModel):
         counts = ((len(self.failed), "failed"), (len(self.given_up), "given up"))
         trouble = "".join(f"{n} {what}; " for n, what in counts if n)
         cut = ", rate limited: cut short" if self.rate_limited else ""
+        if self.outage:
+            trouble += "model outage (not counted against the runs); "
         return (
             f"{len(self.pulled.added) + len(self.pulled.updated)} reviews learned{agreed}; "
             f"{len(self.verdicts)} of {self.considered} runs judged "
@@ -279,30 +297,46 @@ class JudgeMonitor:
         chosen = [r for r in sampled if self.where is None or self.where(r)]
         cycle.filtered_out = len(sampled) - len(chosen)
         # Off, the judge's own calls stay off LangSmith whatever the environment says (as
-        # under `evaluate(upload_results=False)`, `no_upload_when_local`).
+        # under `evaluate(upload_runs=False)`, `no_upload_when_local`).
         tracing = contextlib.nullcontext() if self.trace else rh.tracing_context(enabled=False)
+        errors: dict[str, Exception] = {}
         with tracing:
             for run, outcome in _judgments(
                 self.judge, chosen, client=self.client, trace=self.trace, mapping=self.mapping
             ):
                 if isinstance(outcome, Exception):
-                    failures[run.id] = failures.get(run.id, 0) + 1
-                    self._save_failures(state_key, failures)
+                    errors[run.id] = outcome
                     cycle.failed[run.id] = f"{type(outcome).__name__}: {outcome}"
-                    logger.warning(
-                        "judging run %s failed (%d of %d tries%s): %s",
-                        run.id,
-                        failures[run.id],
-                        MAX_ATTEMPTS,
-                        "" if failures[run.id] < MAX_ATTEMPTS else ", not tried again",
-                        cycle.failed[run.id],
-                    )
                     continue
                 # Each verdict is written as soon as it is known: a cycle cut short (or a
                 # process killed) keeps what it wrote, and the next cycle skips those runs.
                 cycle.verdicts.append(_write_verdict(self.judge, self.client, run, outcome))
                 if failures.pop(run.id, None) is not None:
                     self._save_failures(state_key, failures)
+        # When every judgment failed on the provider (down, refusing for its rate limit),
+        # the runs did nothing wrong: counting it would give them all up after a 3-cycle
+        # outage. A run whose own judgment fails while others succeed counts.
+        if errors and not cycle.verdicts and all(_is_outage(e) for e in errors.values()):
+            cycle.outage = next(iter(cycle.failed.values()))
+            logger.warning(
+                "every judgment of the cycle failed on the model provider (%d runs, not "
+                "counted against them): %s",
+                len(errors),
+                cycle.outage,
+            )
+        else:
+            for run_id in errors:
+                failures[run_id] = failures.get(run_id, 0) + 1
+                logger.warning(
+                    "judging run %s failed (%d of %d tries%s): %s",
+                    run_id,
+                    failures[run_id],
+                    MAX_ATTEMPTS,
+                    "" if failures[run_id] < MAX_ATTEMPTS else ", not tried again",
+                    cycle.failed[run_id],
+                )
+            if errors:
+                self._save_failures(state_key, failures)
         # In the runs' order (they were judged concurrently): the report, and which runs go
         # to review among equally sure verdicts, do not depend on which judgment ended first.
         order = {r.id: i for i, r in enumerate(chosen)}
@@ -338,3 +372,45 @@ class JudgeMonitor:
         rest = [by_id[v.run_id] for v in order[self.review_limit :]]
         picked += [r for r in rest if self._random.random() < self.review_sample]
         return picked
+
+
+# Errors of the provider rather than of a run: connection and timeout errors (the builtin
+# ones, httpx's, requests', and the model SDKs' own, recognised by the end of their class
+# name (`openai.APIConnectionError`, `LangSmithRateLimitError`) so that no SDK is
+# imported), rate limits, and 5xx answers.
+_OUTAGE_NAMES = (
+    "ConnectError",
+    "ConnectionError",
+    "APIConnectionError",
+    "APITimeoutError",
+    "Timeout",
+    "TimeoutError",
+    "TimeoutException",
+    "RateLimitError",
+    "InternalServerError",
+    "ServiceUnavailableError",
+    "OverloadedError",
+    "TransportError",
+)
+
+
+def _is_outage(error: BaseException) -> bool:
+    """Whether `error` says the model provider failed (is down, overloaded, rate limited).
+
+    Follows the chain of causes: the judge may wrap the provider's error in its own.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionError | TimeoutError):
+            return True
+        if any(cls.__name__.endswith(_OUTAGE_NAMES) for cls in type(current).__mro__):
+            return True
+        status = getattr(current, "status_code", None)
+        if status is None:
+            status = getattr(getattr(current, "response", None), "status_code", None)
+        if isinstance(status, int) and (status in (408, 429) or 500 <= status < 600):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

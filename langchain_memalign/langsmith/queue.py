@@ -44,13 +44,19 @@ from langchain_memalign.langsmith._fields import (
     score_fields,
 )
 from langchain_memalign.langsmith._source_types import UNRESOLVED
-from langchain_memalign.langsmith._verdicts import Verdict, _judge_runs, _write_verdict
+from langchain_memalign.langsmith._verdicts import (
+    Verdict,
+    _judge_each,
+    _judgeable,
+    _write_verdict,
+)
 from langchain_memalign.langsmith.source import (
     ConflictPolicy,
     FeedbackMapping,
     LangSmithFeedbackSource,
     SyncReport,
 )
+from langchain_memalign.scale import Scale
 
 Selection = Literal["all", "sample", "uncertain", "disagreement"]
 """Which runs `send` puts in the queue.
@@ -79,7 +85,17 @@ class SendReport(BaseModel):
     verdicts: list[Verdict] = Field(
         default_factory=list,
         description="The judge's verdicts on the considered runs (when the selection "
-        "judged them, or verdicts were written).",
+        "judged them), or on the sent runs (when verdicts were written).",
+    )
+    not_judged: dict[str, str] = Field(
+        default_factory=dict,
+        description="Candidates a judging send left out, with the reason: still running "
+        "(a later send judges them), or ended with an error.",
+    )
+    failed: dict[str, str] = Field(
+        default_factory=dict,
+        description="Candidates whose judgment failed, with the error: not sent (a later "
+        "send judges them again); the others' verdicts are written.",
     )
 
 
@@ -249,6 +265,12 @@ class JudgeAnnotationQueue:
                 judge's key (and runs already in the queue, always).
             write_verdicts: Also write the judge's verdicts on the sent runs as
                 model feedback, so reviewers see them and can correct them.
+
+        A send that judges (`"uncertain"`, `"disagreement"`, or `write_verdicts`)
+        considers only runs that ended without error (the others are in the report's
+        `not_judged`), judges each run on its own, and leaves out the runs whose
+        judgment failed (`failed`, with the error); with `"all"` and `"sample"` only
+        the chosen runs are judged, each verdict written as soon as it is known.
             seed: Random seed of `select="sample"`.
         """
         if select not in ("all", "sample", "uncertain", "disagreement"):
@@ -258,7 +280,11 @@ class JudgeAnnotationQueue:
         if select == "disagreement" and not signal_keys:
             raise ValueError("select='disagreement' needs signal_keys to compare with")
         queue_id = self.ensure()
-        candidates = self.api.records(runs, project, scan if project is not None else None)
+        judging = select in ("uncertain", "disagreement") or write_verdicts
+        # A send that judges leaves a project's errored runs out of the `scan` latest.
+        candidates = self.api.records(
+            runs, project, scan if project is not None else None, with_errors=not judging
+        )
         queued = set(self.api.queue_run_ids(queue_id, None))
         if skip_reviewed and candidates:
             queued |= {
@@ -273,29 +299,49 @@ class JudgeAnnotationQueue:
         report = SendReport(
             queue_id=queue_id, considered=len(fresh), skipped=len(candidates) - len(fresh)
         )
+        if judging:
+            # Only runs that ended without error have something to judge; a running one
+            # stays out of the queue until a later send can judge it.
+            fresh, report.not_judged = _judgeable(fresh)
+        judge_options: dict[str, Any] = {
+            "client": self.client, "trace": write_verdicts, "mapping": self.mapping
+        }  # fmt: skip
+
+        def write(run: RunRecord, verdict: Verdict) -> Verdict:
+            return _write_verdict(self.judge, self.client, run, verdict)
+
         verdicts: dict[str, Verdict] = {}
-        if select in ("uncertain", "disagreement") or write_verdicts:
-            judged = _judge_runs(
-                self.judge, fresh, client=self.client, trace=write_verdicts, mapping=self.mapping
-            )
-            verdicts = {v.run_id: v for v in judged}
         order = fresh
         if select == "sample":
             assert limit is not None
             order = random.Random(seed).sample(fresh, min(limit, len(fresh)))
-        elif select == "uncertain":
-            report.priority = {rid: v.uncertainty for rid, v in verdicts.items()}
-            order = sorted(fresh, key=lambda r: -verdicts[r.id].uncertainty)
-        elif select == "disagreement":
-            report.priority = self._disagreement(fresh, verdicts, signal_keys)
-            order = sorted(
-                (r for r in fresh if report.priority.get(r.id, 0.0) > 0),
-                key=lambda r: -report.priority[r.id],
-            )
-        chosen = order[:limit]
-        if write_verdicts:
-            for run in chosen:
-                verdicts[run.id] = _write_verdict(self.judge, self.client, run, verdicts[run.id])
+        if select in ("all", "sample"):
+            chosen = order[:limit]
+            if write_verdicts:
+                # The chosen runs only, each verdict written as soon as it is known.
+                verdicts, report.failed = _judge_each(
+                    self.judge, chosen, write=write, **judge_options
+                )
+        else:
+            # The selection needs every candidate's verdict: written once chosen.
+            verdicts, report.failed = _judge_each(self.judge, fresh, **judge_options)
+            judged = [r for r in fresh if r.id in verdicts]
+            if select == "uncertain":
+                report.priority = {rid: v.uncertainty for rid, v in verdicts.items()}
+                order = sorted(judged, key=lambda r: -verdicts[r.id].uncertainty)
+            else:
+                report.priority = self._disagreement(judged, verdicts, signal_keys)
+                order = sorted(
+                    (r for r in judged if report.priority.get(r.id, 0.0) > 0),
+                    key=lambda r: -report.priority[r.id],
+                )
+            chosen = order[:limit]
+            if write_verdicts:
+                for run in chosen:
+                    verdicts[run.id] = write(run, verdicts[run.id])
+        # A run whose judgment failed is not sent without its verdict: the next send
+        # judges it again (it is not in the queue).
+        chosen = [r for r in chosen if r.id not in report.failed]
         self.api.add_to_queue(queue_id, chosen)
         report.run_ids = [r.id for r in chosen]
         report.verdicts = [verdicts[r.id] for r in fresh if r.id in verdicts]
@@ -363,20 +409,22 @@ class JudgeAnnotationQueue:
         return self._source
 
     def _final_answer(self, item: Any) -> Any:
-        """What the team settled on for the judge's key, when its reviewers disagreed.
+        """What the team settled on for the judge's key (the final answer), if anything.
 
-        `MISSING` when they did not disagree (or the server does not say), the final
-        answer's label when one is set, `UNRESOLVED` while none is.
+        `MISSING` when no final is set and the reviewers did not disagree (or the server
+        does not say); the final's label when one is set, whatever the agreement state (a
+        final can be set, or kept, after the reviewers came to agree); `UNRESOLVED` while
+        a dispute has none, or when the final is not one label on the judge's scale.
         """
         agreements = getattr(item, "key_agreements", None) or {}
         found = agreements.get(self.judge.config.name)
-        if found is None or getattr(found, "state", None) != "disagreed":
+        if found is None:
             return MISSING
         answer = getattr(found, "answer", None)
-        if not getattr(found, "has_final", False) or answer is None:
-            return UNRESOLVED
-        label = read_label(self.judge.scale, answer.model_dump(), ("value", "score"))
-        return UNRESOLVED if label is MISSING else label
+        if getattr(found, "has_final", False) and answer is not None:
+            label = _final_label(self.judge.scale, answer.model_dump())
+            return UNRESOLVED if label is MISSING else label
+        return UNRESOLVED if getattr(found, "state", None) == "disagreed" else MISSING
 
     def pull(self) -> SyncReport:
         """Align the judge on the reviews of archived queue items (incrementally).
@@ -449,3 +497,24 @@ class JudgeAnnotationQueue:
     async def acycle(self, runs: Sequence[RunRef] | None = None, **kwargs: Any) -> CycleReport:
         """Async twin of `cycle` (runs off the event loop)."""
         return await asyncio.to_thread(self.cycle, runs, **kwargs)
+
+
+def _final_label(scale: Scale, answer: dict[str, Any]) -> Any:
+    """The label of a final answer on `scale`, or `MISSING`.
+
+    A final comes as `value` or `score`, or, set on a multi-select key, as `values` or
+    `scores` (lists): a list that names one label is that label; one that names several
+    is no single label on the judge's scale.
+    """
+    label = read_label(scale, answer, ("value", "score"))
+    if label is not MISSING:
+        return label
+    for many, one in (("values", "value"), ("scores", "score")):
+        items = answer.get(many)
+        if isinstance(items, list) and items:
+            labels = [read_label(scale, {one: item}, (one,)) for item in items]
+            if any(x is MISSING for x in labels):
+                continue
+            if len({repr(x) for x in labels}) == 1:
+                return labels[0]
+    return MISSING

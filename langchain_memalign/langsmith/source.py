@@ -33,6 +33,7 @@ from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRef, as_uuid_str, run_id_of
 from langchain_memalign.langsmith._source_reading import _keep_verdict, _SourceReader
 from langchain_memalign.langsmith._source_types import (
+    FINAL_PREFIX,
     Conflict,
     ConflictPolicy,
     FeedbackMapping,
@@ -242,7 +243,11 @@ class LangSmithFeedbackSource(_SourceReader):
                     continue
                 # Missing from a listing is not proof of deletion (a short page, offsets
                 # shifted by a concurrent delete): only the server's not-found is.
-                if gone and self.api.feedback_exists(lsid):
+                if (
+                    gone
+                    and not lsid.startswith(FINAL_PREFIX)  # a final answer has no record
+                    and self.api.feedback_exists(lsid)
+                ):
                     continue
                 if gone or lsid not in kept:
                     if entry.get("id") in stored:
@@ -288,7 +293,11 @@ class LangSmithFeedbackSource(_SourceReader):
                 for r in batch:
                     if r.feedback_id in built:
                         entries[r.langsmith_id] = _entry(r, r.feedback_id)
-                stamps = [e["m"] for e in entries.values() if e.get("m")]
+                stamps = [
+                    e["m"]
+                    for e in entries.values()
+                    if e.get("m") and not e["m"].startswith(FINAL_PREFIX)
+                ]
                 state["cursor"] = max(stamps) if stamps else None
                 saved.set(state)
             for k, v in cursors.items():
@@ -311,7 +320,7 @@ class LangSmithFeedbackSource(_SourceReader):
         merged = AlignReport.merge(reports) if reports else None
         failed = set(merged.failed if merged else [])
         return SyncReport(
-            listed=len(reviews),
+            listed=sum(r.kind != "final" for r in reviews),
             aligned=[
                 fb
                 for rep in reports

@@ -83,6 +83,7 @@ EXPECTED_LANGSMITH_ALL = [
     "SendReport",
     "SyncReport",
     "Verdict",
+    "Verdicts",
     "Vote",
     "ainvoke_and_log",
     "ajudge_evaluator",

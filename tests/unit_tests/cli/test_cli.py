@@ -414,7 +414,7 @@ def test_align_syncs_human_feedback_from_a_langsmith_project(env: Env, langsmith
 def test_align_from_an_unknown_langsmith_project(env: Env, langsmith: Any) -> None:
     env.created()
     code, _, err = env.run("align", "--langsmith-project", "nope")
-    assert code == EXIT_FAILED and "cannot sync feedback from LangSmith project 'nope'" in err
+    assert code == EXIT_USAGE and "LangSmith has no project named 'nope'" in err
     code, _, err = env.run("align", "--langsmith-project", "a", "--langsmith-experiment", "b")
     assert code == EXIT_USAGE and "not both" in err
 
@@ -1072,3 +1072,60 @@ def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -
         "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "2"
     )
     assert code == EXIT_USAGE and "sampling_rate must be from 0 to 1" in err
+
+
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_watch_exits_1_when_a_judgment_failed(env: Env, langsmith: Any) -> None:
+    from langsmith import Client
+
+    client = Client(api_url=langsmith.url, api_key="test", auto_batch_tracing=False)
+    client.create_project("support-bot")
+    for question in ("Where is my order?", "garbled question"):
+        client.create_run(
+            "agent", {"question": question}, "chain", id=uuid.uuid4(),
+            project_name="support-bot", outputs={"answer": "Yes."},
+            end_time=dt.datetime.now(dt.UTC),
+        )  # fmt: skip
+
+    def garbled(case: str, memory: str) -> Any:
+        return "not json at all" if "garbled" in case else empathy_rule(case, memory)
+
+    env.responder.judge_rule = garbled
+    env.created()
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    # The other run's verdict is written, and the cycle says what failed: cron notices.
+    assert code == EXIT_FAILED, err
+    assert "1 of 2 runs judged" in out and "; 1 failed; " in out
+    code, out, _ = env.run("watch", "--langsmith-project", "support-bot", "--once", "--json")
+    assert code == EXIT_FAILED and len(json.loads(out)["failed"]) == 1
+    env.responder.judge_rule = empathy_rule  # the model answers properly now
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    assert code == EXIT_OK and "1 of 2 runs judged (1 already" in out, err
+    code, out, _ = env.run("watch", "--help")
+    assert "Exit status:" in out and "a judgment or a reflection failed" in out
+
+
+def test_watch_and_align_say_what_to_fix_without_a_key_or_with_an_unknown_project(
+    env: Env, langsmith: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.created()
+    code, _, err = env.run("watch", "--langsmith-project", "nope", "--once")
+    assert code == EXIT_USAGE and "no project named 'nope'" in err, err
+    code, _, err = env.run("align", "--langsmith-project", "nope")
+    assert code == EXIT_USAGE and "no project named 'nope'" in err, err
+    # No key: refused before any call (with the endpoint kept, a call would reach the
+    # test server without a key).
+    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for argv in (["watch", "--langsmith-project", "support-bot", "--once"],
+                 ["align", "--langsmith-project", "support-bot"]):  # fmt: skip
+        code, _, err = env.run(*argv)
+        assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
+        assert "LangSmithConnectionError" not in err and langsmith.url in err
+    assert all(r.headers.get("x-api-key") for r in langsmith.requests)
+    monkeypatch.delenv("LANGSMITH_ENDPOINT")
+    code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    assert code == EXIT_USAGE and "api.smith.langchain.com" in err

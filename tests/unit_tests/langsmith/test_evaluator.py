@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,10 +271,82 @@ def test_invoke_and_log_outside_a_langsmith_test_just_judges(
 def _production(server: LangSmithTestServer) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     project = server.add_project("prod")
     runs = [
-        server.add_run(session_id=project["id"], inputs={"q": q}, outputs={"a": a})
+        server.add_run(session_id=project["id"], inputs={"q": q}, outputs={"a": a}, end_time=_now())
         for q, a in (("hours?", "9 to 5."), ("password?", "Figure it out yourself."))
     ]
     return project, runs
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+def _verdict_runs(server: LangSmithTestServer) -> list[str]:
+    return [
+        f["run_id"]
+        for f in server.feedback.values()
+        if f["key"] == KEY and f["feedback_source"]["type"] == "model"
+    ]
+
+
+def _garbled(case: str, memory: str) -> Any:
+    if "garbled" in case:
+        return "not json at all"  # an unusable answer, every time this case is asked
+    return rule(case, memory)
+
+
+def test_write_verdicts_judges_ended_runs_without_error_each_on_its_own(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    model.responder.judge_rule = _garbled
+    project = server.add_project("prod")["id"]
+
+    def run(q: str, **fields: Any) -> str:
+        fields = {"outputs": {"a": f"answer to {q}"}, "end_time": _now(), **fields}
+        return str(server.add_run(session_id=project, inputs={"q": q}, **fields)["id"])
+
+    good = [run("hours?"), run("sizes?")]
+    bad = run("garbled refunds?")
+    running = run("shipping?", end_time=None, outputs=None)
+    errored = run("returns?", error="TimeoutError: upstream", outputs=None)
+    verdicts = write_verdicts(judge, client, project="prod")
+    # The good runs' verdicts are written; the failed judgment is named, not raised...
+    assert sorted(v.run_id for v in verdicts) == sorted(good)
+    assert sorted(_verdict_runs(server)) == sorted(good)
+    assert list(verdicts.failed) == [bad] and "MalformedOutputError" in verdicts.failed[bad]
+    # ...a running run is not judged on its missing outputs, an errored one not at all.
+    assert list(verdicts.skipped) == [running] and "still running" in verdicts.skipped[running]
+    assert errored not in verdicts.skipped  # the project's query leaves errored runs out
+    given = write_verdicts(judge, client, runs=[errored, running, good[0]])
+    assert [v.run_id for v in given] == [good[0]] and given.failed == {}
+    assert "ended with an error (TimeoutError: upstream)" in given.skipped[errored]
+    assert list(given.skipped) == [errored, running]
+    assert sorted(_verdict_runs(server)) == sorted(good)
+
+
+def test_write_verdicts_writes_each_verdict_once_known_so_a_kill_loses_none(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    project = server.add_project("prod")["id"]
+    others = [
+        server.add_run(session_id=project, inputs={"q": f"q{i}"}, outputs={"a": "fine"},
+                       end_time=_now())["id"]
+        for i in range(3)
+    ]  # fmt: skip
+    server.add_run(session_id=project, inputs={"q": "doomed"}, outputs={"a": "x"}, end_time=_now())
+
+    def killed_while_judging(case: str, memory: str) -> Any:
+        if "doomed" in case:
+            # The process dies during this judgment once the others have ended (waiting
+            # for their verdicts to be written, or for a minute if they never are).
+            server.wait_for(lambda: len(_verdict_runs(server)) == len(others), timeout=60)
+            raise KeyboardInterrupt
+        return rule(case, memory)
+
+    model.responder.judge_rule = killed_while_judging
+    with pytest.raises(KeyboardInterrupt):
+        write_verdicts(judge, client, project="prod")
+    assert sorted(_verdict_runs(server)) == sorted(others)
 
 
 def test_verdicts_written_as_model_feedback_linked_to_the_judge_run(

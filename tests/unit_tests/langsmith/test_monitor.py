@@ -395,3 +395,85 @@ def test_the_judges_own_calls_are_traced_only_when_asked(
     own = uploaded() - set(ids + more)
     assert verdict.judge_run_id in own
     assert {server.sessions[server.runs[r]["session_id"]]["name"] for r in own} == {"evaluators"}
+
+
+def test_a_model_outage_gives_no_run_up_but_a_run_that_cannot_be_judged_is(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    import httpx
+    import openai
+
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    down = [True]
+
+    def provider(case: str, memory: str) -> Any:
+        if down[0]:  # the provider is unreachable: every judgment fails, whatever the run
+            raise openai.APIConnectionError(request=httpx.Request("POST", "http://model/v1"))
+        return garbled(case, memory)
+
+    model.responder.judge_rule = provider
+    ids = add_runs(server, ["polite hours", "garbled refunds"])
+    monitor = JudgeMonitor(judge, client, project="prod")
+    for _ in range(monitor_module.MAX_ATTEMPTS + 1):  # longer than the runs' tries
+        cycle = monitor.run_once()
+        assert sorted(cycle.failed) == sorted(ids) and cycle.given_up == []
+        assert cycle.outage is not None and "APIConnectionError" in cycle.outage
+        assert "model outage (not counted against the runs)" in cycle.summary()
+        assert not cycle.clean
+    # The provider is back: the good run is judged; the run whose own output cannot be
+    # judged fails alone, is tried MAX_ATTEMPTS times, then given up and reported.
+    down[0] = False
+    back = monitor.run_once()
+    assert [v.run_id for v in back.verdicts] == [ids[0]] and list(back.failed) == [ids[1]]
+    assert back.outage is None
+    for _ in range(monitor_module.MAX_ATTEMPTS - 1):
+        assert list(monitor.run_once().failed) == [ids[1]]
+    last = monitor.run_once()
+    assert last.failed == {} and last.given_up == [ids[1]] and last.outage is None
+
+
+@pytest.mark.parametrize(
+    ("error", "outage"),
+    [
+        (ConnectionError("refused"), True),
+        (TimeoutError("read timed out"), True),
+        (ls_utils.LangSmithRateLimitError("429"), True),
+        (type("InternalServerError", (Exception,), {})("boom"), True),
+        (type("APIStatusError", (Exception,), {"status_code": 503})("unavailable"), True),
+        (type("APIStatusError", (Exception,), {"status_code": 400})("bad request"), False),
+        (ValueError("no JSON in the reply"), False),
+    ],
+)
+def test_which_errors_are_a_provider_outage(error: Exception, outage: bool) -> None:
+    from langchain_memalign.errors import MalformedOutputError
+    from langchain_memalign.langsmith.monitor import _is_outage
+
+    assert _is_outage(error) is outage
+    try:  # the judge may wrap the provider's error in its own
+        raise MalformedOutputError("judge 'helpfulness': the call failed") from error
+    except MalformedOutputError as wrapped:
+        assert _is_outage(wrapped) is outage
+
+
+@pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_runs_started_before_their_project_are_read(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    from langchain_memalign.langsmith import write_verdicts
+
+    # A project created by its first batch of runs (or a client with its own clock) can
+    # start after some of its runs.
+    project = server.add_project("prod")
+    started = dt.datetime.fromisoformat(project["start_time"].replace("Z", "+00:00"))
+    before = (started - dt.timedelta(hours=1)).isoformat()
+    early = add_runs(server, ["polite hours", "rude refunds"], start_time=before)
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=1)
+    cycle = monitor.run_once()
+    assert sorted(v.run_id for v in cycle.verdicts) == sorted(early) and cycle.considered == 2
+    late = add_runs(server, ["polite sizes"], start_time=before)
+    # (write_verdicts rewrites the verdicts it finds: the early runs' too)
+    written = write_verdicts(judge, client, project="prod")
+    assert sorted(v.run_id for v in written) == sorted(early + late)
+    sent = monitor.queue.send(project="prod")
+    assert set(late) <= set(sent.run_ids) and set(sent.run_ids) <= set(early + late)

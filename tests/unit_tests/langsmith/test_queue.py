@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,9 +72,15 @@ def runs(server: LangSmithTestServer) -> list[dict[str, Any]]:
         "polite words on sizes",
     ]
     return [
-        server.add_run(session_id=project["id"], inputs={"q": f"q{i}"}, outputs={"a": text})
+        server.add_run(
+            session_id=project["id"], inputs={"q": f"q{i}"}, outputs={"a": text}, end_time=_now()
+        )
         for i, text in enumerate(texts)
     ]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
 
 
 def queued(server: LangSmithTestServer, queue: JudgeAnnotationQueue) -> list[str]:
@@ -162,7 +169,7 @@ def test_send_the_runs_the_judge_is_least_sure_about(
         "unsure": ("hours", "rude answer about store hours"),  # judged bad, like "p" (good)
     }
     ids = {
-        name: server.add_run(session_id=project["id"], inputs=i, outputs=o)["id"]
+        name: server.add_run(session_id=project["id"], inputs=i, outputs=o, end_time=_now())["id"]
         for name, (i, o) in texts.items()
     }
     queue = JudgeAnnotationQueue(judge, client)
@@ -310,3 +317,82 @@ def test_a_disputed_review_waits_for_the_teams_final_answer(
     assert (judge.get_feedback(second.added[0]).value, len(judge.feedback_ids)) == (False, 3)
     with pytest.raises(ValueError, match="is not in the queue"):
         queue.set_final(runs[5]["id"], True)
+
+
+def test_a_judging_send_leaves_out_running_errored_and_failed_runs(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
+) -> None:
+    def garbled(case: str, memory: str) -> Any:
+        if "garbled" in case:
+            return "not json at all"  # an unusable answer, every time this case is asked
+        return rule(case, memory)
+
+    model.responder.judge_rule = garbled
+    project = server.add_project("prod")["id"]
+
+    def run(text: str, **fields: Any) -> str:
+        fields = {"outputs": {"a": text}, "end_time": _now(), **fields}
+        return str(server.add_run(session_id=project, inputs={"q": text}, **fields)["id"])
+
+    good = [run("polite hours"), run("rude refunds")]
+    bad = run("garbled sizes")
+    running = run("polite shipping", end_time=None, outputs=None)
+    run("polite returns", error="TimeoutError: upstream", outputs=None)
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = queue.send(project="prod", select="all", write_verdicts=True)
+    # The failed judgment is named and its run not sent; the others are, with verdicts.
+    assert sorted(sent.run_ids) == sorted(good) and sorted(queued(server, queue)) == sorted(good)
+    assert list(sent.failed) == [bad] and "MalformedOutputError" in sent.failed[bad]
+    assert sorted(v.run_id for v in sent.verdicts) == sorted(good)
+    verdict_runs = [f["run_id"] for f in server.feedback.values() if f["key"] == KEY]
+    assert sorted(verdict_runs) == sorted(good)
+    # A running run waits for a later send; an errored one is never read.
+    assert list(sent.not_judged) == [running] and "still running" in sent.not_judged[running]
+    model.responder.judge_rule = rule
+    again = queue.send(project="prod", select="uncertain", write_verdicts=True)
+    assert again.run_ids == [bad] and again.failed == {} and list(again.not_judged) == [running]
+
+
+def test_a_leads_own_final_is_learned_as_the_teams_and_multi_select_finals_are_read(
+    server: LangSmithTestServer, client: Client, model: ScriptedChatModel
+) -> None:
+    judge = MemAlignJudge("quality", "Rate\n{inputs}\n{outputs}", model, HashEmbeddings(),
+                          scale=(1, 5))  # fmt: skip
+    project = server.add_project("prod")["id"]
+    run = server.add_run(session_id=project, inputs={"q": "hours"}, outputs={"a": "9-5"},
+                         end_time=_now())["id"]  # fmt: skip
+    queue = JudgeAnnotationQueue(judge, client)
+    queue.send([run])
+    for annotator, score in (("bob", 2), ("ana", 5)):
+        server.add_feedback(run, "quality", score=score, comment=f"{annotator}'s reason",
+                            feedback_source={"type": "app", "user_name": annotator})  # fmt: skip
+    queue.complete([run])
+    assert queue.pull().added == []  # disputed, no final yet: nothing learned
+
+    team = f"langsmith:final:{run}"
+    # The lead settles on 3, which no reviewer gave: the team's answer is learned.
+    queue.set_final(run, 3)
+    pulled = queue.pull()
+    assert pulled.added == [team] and judge.feedback_ids == [team]
+    assert judge.get_feedback(team).value == 3 and judge.get_feedback(team).rationale is None
+    [conflict] = pulled.conflicts
+    assert conflict.resolution == 3 and conflict.kept == [team]
+    # The lead changes it to 4: the team's answer is replaced.
+    queue.set_final(run, 4)
+    assert queue.pull().updated == [team] and judge.get_feedback(team).value == 4
+    # A final one reviewer gave: that review is learned, the team's own answer is dropped.
+    queue.set_final(run, 2)
+    pulled = queue.pull()
+    [learned] = judge.feedback_ids
+    assert learned != team and judge.get_feedback(learned).value == 2
+    assert judge.get_feedback(learned).rationale == "bob's reason" and team in pulled.removed
+
+    # Finals set on a multi-select key come as lists: one label is read...
+    [item] = server.queue_items[queue.queue_id]
+    item["finals"] = {"quality": {"scores": [4]}}
+    queue.pull()
+    assert judge.feedback_ids == [team] and judge.get_feedback(team).value == 4
+    # ...several are no single label on the judge's scale: the dispute stays open.
+    item["finals"] = {"quality": {"scores": [2, 5]}}
+    queue.pull()
+    assert judge.feedback_ids == []

@@ -82,8 +82,12 @@ def judge() -> MemAlignJudge:
 
 
 def add_run(server: LangSmithTestServer, project: dict[str, Any], i: int) -> dict[str, Any]:
+    """A root run that has ended (only ended runs are judged)."""
     return server.add_run(
-        session_id=project["id"], inputs={"q": f"question {i}"}, outputs={"a": f"answer {i}"}
+        session_id=project["id"],
+        inputs={"q": f"question {i}"},
+        outputs={"a": f"answer {i}"},
+        end_time=dt.datetime.now(dt.UTC).isoformat(),
     )
 
 
