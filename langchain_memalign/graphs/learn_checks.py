@@ -34,10 +34,9 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -295,17 +294,13 @@ class CheckLearner:
                 ]
                 shared = _shared(kept_so_far, c.rule.text, consequences[c.rule.id])
                 if shared:
-                    usage = usage + self._test_round(
-                        {c.rule.id: c}, cases, cache, config, shared, prune_hopeless=True
-                    )
+                    usage = usage + self._test_round({c.rule.id: c}, cases, cache, config, shared)
                     if c.last is not None and passes(c.last[1], opts.min_agreement):
                         c.kept = c.last[0].model_copy(update={"test": c.last[1]})
                         c.action = "written"
                         continue
                     c.tried = 0
-            usage = usage + self._test_round(
-                {c.rule.id: c}, cases, cache, config, prune_hopeless=True
-            )
+            usage = usage + self._test_round({c.rule.id: c}, cases, cache, config)
             c.groups.pop(0)
             if c.last is None:
                 continue
@@ -421,16 +416,12 @@ class CheckLearner:
         cache: dict[str, dict[str, bool]],
         config: RunnableConfig,
         group: list[Check] | None = None,
-        *,
-        prune_hopeless: bool = False,
     ) -> Usage:
         """Test each candidate's first group (or `group`); keep the best variant and its test.
 
         In two stages: the rules' own source cases first, then, for the variants that
         separated those, the other cases. Only answers missing from `cache` are asked;
-        the other polarity of a question asked costs nothing. `prune_hopeless`: a variant
-        stops being asked about once no answers still to come could lift it to
-        `min_agreement` (the same checks are kept, at fewer calls).
+        the other polarity of a question asked costs nothing.
         """
         if not candidates:
             return Usage()
@@ -457,43 +448,18 @@ class CheckLearner:
             else:  # it does not separate its own cases: no need to ask about the others
                 c.tried += 1
                 c.last = max(tests, key=lambda vt: (vt[1].agreement, vt[1].caught))
-        variants = {f"{gid}/{j}": v for gid, vs in viable.items() for j, v in enumerate(vs)}
-        hopeless: dict[str, list[str]] = {}  # a pruned variant's key: the keys asked by then
-
-        def prune(asked: list[str]) -> list[tuple[str, Check]]:
-            """The variants that can still reach `min_agreement` once the others are asked."""
-            finished = _finished([*first_keys, *asked], all_keys)
-            for name, v in variants.items():
-                if name not in hopeless and not self._reachable(
-                    candidates[name.partition("/")[0]], v, finished, all_keys, values, cache,
-                    min_agreement,
-                ):  # fmt: skip
-                    hopeless[name] = finished
-            return [(n, v) for n, v in variants.items() if n not in hopeless]
-
-        if prune_hopeless:  # asked in the order that finds a hopeless variant soonest
-            scale = self.memory.config.scale
-            rest = _disproving_first(rest, [v.consequence for v in variants.values()], scale)
         usage = usage + self._ask(
-            list(variants.items()), rest, cache, config, prune=prune if prune_hopeless else None
-        )
+            [(f"{gid}/{j}", v) for gid, vs in viable.items() for j, v in enumerate(vs)],
+            rest, cache, config,
+        )  # fmt: skip
         for gid, vs in viable.items():
             c = candidates[gid]
             c.tried += 1
-            scored = [
-                (v, self._score(c, v, hopeless.get(f"{gid}/{j}", all_keys), values, cache),
-                 f"{gid}/{j}" in hopeless)
-                for j, v in enumerate(vs)
-            ]  # fmt: skip
-            # A pruned variant, scored on the cases asked before it was pruned, cannot
-            # pass; it is reported only when every variant was pruned.
-            live = [(v, t) for v, t, pruned in scored if not pruned] or [
-                (v, t) for v, t, _ in scored
-            ]
-            best = live[0]
-            for vt in live[1:]:
-                if _better(vt[1], best[1]):
-                    best = vt
+            best: tuple[Check, CheckTest] | None = None
+            for v in vs:
+                test = self._score(c, v, all_keys, values, cache)
+                if best is None or _better(test, best[1]):
+                    best = (v, test)
             c.last = best
         return usage
 
@@ -519,13 +485,8 @@ class CheckLearner:
         cases: dict[str, Feedback],
         cache: dict[str, dict[str, bool]],
         config: RunnableConfig,
-        prune: Callable[[list[str]], list[tuple[str, Check]]] | None = None,
     ) -> Usage:
-        """Ask what `variants` need on `cases` and `cache` lacks, cases in parallel.
-
-        `prune`: called with the case keys answered so far before each round of parallel
-        cases; it returns the variants still worth asking about (none: stop asking).
-        """
+        """Ask what `variants` need on `cases` and `cache` lacks, cases in parallel."""
         keys = self._keys(cases)
         for key, _ in keys:
             cache.setdefault(key, {})
@@ -533,50 +494,15 @@ class CheckLearner:
         if not variants or not todo:
             return Usage()
 
-        def ask(asking: list[tuple[str, Check]], item: tuple[str, dict[str, Any]]) -> Usage:
+        def ask(item: tuple[str, dict[str, Any]]) -> Usage:
             key, case = item
-            return self.asker.ask(asking, case, config, known=cache[key])[1]
+            return self.asker.ask(variants, case, config, known=cache[key])[1]
 
         # Cases in parallel, each case's questions one after another: a local server
         # has few slots, and a hosted one rate-limits.
         workers = max(1, min(len(todo), config.get("max_concurrency") or 2))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            if prune is None:
-                return Usage.sum(pool.map(partial(ask, variants), todo))
-            pending = {k for k, _ in todo}
-            answered = [k for k, _ in keys if k not in pending]
-            usage = Usage()
-            for start in range(0, len(todo), workers):
-                variants = prune(answered)
-                if not variants:
-                    break
-                chunk = todo[start : start + workers]
-                usage = usage + Usage.sum(pool.map(partial(ask, variants), chunk))
-                answered += [k for k, _ in chunk]
-            return usage
-
-    def _reachable(
-        self,
-        c: _Candidate,
-        variant: Check,
-        finished: list[str],
-        all_keys: list[str],
-        values: dict[str, Any],
-        cache: dict[str, dict[str, bool]],
-        min_agreement: float,
-    ) -> bool:
-        """Whether `variant` could still reach `min_agreement` once all of `all_keys` are asked.
-
-        Each case still to be asked adds at most one agreeing counted case, so the best
-        it can end with is (agreed + left) / (counted + left).
-        """
-        test = self._score(c, variant, finished, values, cache)
-        left = len(
-            {k.partition("#")[0] for k in all_keys} - {k.partition("#")[0] for k in finished}
-        )
-        if test.counted + left == 0:
-            return True
-        return (test.agreed + left) / (test.counted + left) >= min_agreement
+            return Usage.sum(pool.map(ask, todo))
 
     def _score(
         self,
@@ -729,31 +655,6 @@ def _shared(kept: Sequence[Check], rule_text: str, consequence: Any) -> list[Che
         key = (k.applies, k.broken, k.broken_when, k.exception)
         out.setdefault(key, _for_rule(k, rule_text, consequence))
     return list(out.values())
-
-
-def _finished(asked: Sequence[str], all_keys: Sequence[str]) -> list[str]:
-    """The keys of `all_keys` whose case was asked about whole (a pairwise case: both outputs)."""
-    done = set(asked)
-    partial = {k.partition("#")[0] for k in all_keys if k not in done}
-    return [k for k in all_keys if k.partition("#")[0] not in partial]
-
-
-def _disproving_first(
-    cases: dict[str, Feedback], consequences: Sequence[Any], scale: Scale
-) -> dict[str, Feedback]:
-    """`cases`, those where a check can disagree with the experts first.
-
-    Off its rule's own cases a check disagrees only by firing where the experts gave a
-    verdict other than its consequence; on the others it can only agree or not count.
-    """
-    if scale.kind == "pairwise":
-        return cases
-    known = [q for q in consequences if q is not None]
-
-    def can_only_agree(fb: Feedback) -> bool:
-        return all(same_verdict(scale, fb.value, q) for q in known)
-
-    return dict(sorted(cases.items(), key=lambda item: can_only_agree(item[1])))
 
 
 def _better(a: CheckTest, b: CheckTest) -> bool:
