@@ -6,15 +6,10 @@ from typing import Any
 
 import pytest
 from conftest import fb
-from fakes import RoleResponder, ScriptedChatModel
+from fakes import RoleResponder
 
 from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
-from langchain_memalign.graphs.learn_checks import (
-    CheckLearner,
-    default_consequence,
-    passes,
-    score_test,
-)
+from langchain_memalign.graphs.learn_checks import default_consequence, passes, score_test
 from langchain_memalign.memory.rulebook import Check
 from langchain_memalign.scale import Scale
 
@@ -229,34 +224,6 @@ def test_a_check_that_does_not_separate_the_cases_is_dropped(
     asked = roles(responder, "ask_check")
     assert judge.invoke(NEW_COLD)["score"] is True
     assert roles(responder, "ask_check") == asked  # no check left to ask
-
-
-def test_a_check_that_cannot_reach_the_agreement_stops_being_asked(
-    make_judge: Any, responder: RoleResponder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # "Say sorry" separates the two failed cases, but the experts passed six replies
-    # without it: once enough of those were asked, no answer could lift the check to
-    # `min_agreement`, and the cases after them are not asked.
-    polite = [fb(f"p{i}", f"Question {i}?", f"Answer {i}.", True, "Fine.") for i in range(6)]
-    cases = TRAIN[:2] + polite
-
-    def learn(prune: bool) -> tuple[list[tuple[str, str, int]], int]:
-        if not prune:  # every case asked, as before pruning
-            monkeypatch.setattr(CheckLearner, "_reachable", lambda *a, **k: True)
-        r = RoleResponder(passes_all)
-        r.check_word = "sorry"
-        judge = make_judge(model=ScriptedChatModel(responder=r), options={"checks": ON})
-        report = judge.align(cases)
-        monkeypatch.undo()
-        texts = {g.id: g.text for g in judge.guidelines}
-        outcome = sorted((texts[c.rule_id], c.action, c.tried) for c in report.checks)
-        return outcome, roles(r, "ask_check")
-
-    pruned, asked_pruned = learn(prune=True)
-    full, asked_full = learn(prune=False)
-    assert pruned == full  # the same checks kept and dropped, after the same tries
-    assert any(action == "dropped" for _, action, _ in pruned)
-    assert asked_pruned < asked_full
 
 
 def test_grading_before_learning_runs_the_checks_as_judging_does(
