@@ -334,7 +334,8 @@ class PublishingMemory:
                     view = self._private_views.get(seq)
             if view is not None:
                 return view
-        elif self.store.others_commit:
+        elif self.store.others_commit and not self.store.closed:
+            # A closed memory keeps its last version for readers (`judge.guidelines`).
             return self._refresh_if_stale()
         return self._view
 
