@@ -8,13 +8,14 @@ graph's final state into a `JudgeResult`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_memalign.errors import InvalidJudgeInputError
 from langchain_memalign.graphs.judge import JudgeState
-from langchain_memalign.memory.judge_memory import JudgeMemory
+from langchain_memalign.memory.judge_memory import JudgeMemory, MemoryView
 from langchain_memalign.result import JudgeResult, to_result
 from langchain_memalign.scale import Scale
 
@@ -104,8 +105,8 @@ class PrepareCases(Runnable[dict[str, Any], JudgeState]):
                 states.append(e)  # the sequence skips failed items in later steps
         return states
 
-    def _texts(self, states: list[Any]) -> list[int]:
-        if not self.memory.needs_query_vector():
+    def _texts(self, states: list[Any], view: MemoryView) -> list[int]:
+        if not self.memory.needs_query_vector(view):
             return []
         return [
             i for i, s in enumerate(states) if isinstance(s, dict) and s.get("query_vector") is None
@@ -130,7 +131,9 @@ class PrepareCases(Runnable[dict[str, Any], JudgeState]):
     ) -> list[Any]:
         """Validate many cases and embed them in one call."""
         states = self._states(inputs, return_exceptions)
-        todo = self._texts(states)
+        # The newest version (caught up with other processes' commits) decides
+        # whether the cases need embedding; each judgment takes its own view.
+        todo = self._texts(states, self.memory.snapshot())
         if todo:
             texts = [self._text(states[i]) for i in todo]
             for i, vec in zip(todo, self.memory.embed(texts), strict=True):
@@ -147,7 +150,12 @@ class PrepareCases(Runnable[dict[str, Any], JudgeState]):
     ) -> list[Any]:
         """Async twin of `batch`."""
         states = self._states(inputs, return_exceptions)
-        todo = self._texts(states)
+        view = (
+            await asyncio.to_thread(self.memory.snapshot)
+            if self.memory.store.others_commit
+            else self.memory.snapshot()
+        )
+        todo = self._texts(states, view)
         if todo:
             texts = [self._text(states[i]) for i in todo]
             for i, vec in zip(todo, await self.memory.aembed(texts), strict=True):

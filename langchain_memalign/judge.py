@@ -224,8 +224,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
 
     @property
     def guidelines(self) -> list[Guideline]:
-        """The learned guidelines, each with the feedback ids it came from."""
-        return list(self.memory.guidelines)
+        """The learned guidelines, each with the feedback ids it came from.
+
+        As of the newest commit, another process's included (on a folder or a
+        database, as a judgment reads them).
+        """
+        return list(self.memory.snapshot().guidelines)
 
     @property
     def rules(self) -> Rulebook:

@@ -102,7 +102,8 @@ class Rulebook:
 
     def list(self) -> list[Rule]:
         """Every rule, in prompt order: text, feedback sources, author, pinned, edited."""
-        return _as_rules(self._memory.guidelines, load_rulebook(self._memory.store))
+        # The newest version (another process's commits included), as a judgment reads it.
+        return _as_rules(self._memory.snapshot().guidelines, load_rulebook(self._memory.store))
 
     def get(self, rule_id: str) -> Rule:
         """One rule by id, or `UnknownRuleError`."""

@@ -9,7 +9,8 @@ judge sent, captured by the fake model) − wall time of embedding the case text
 over the cases is reported, with the CPU time per judgment (`time.process_time`,
 all threads of the process), which waiting for a busy core does not inflate.
 
-The component times are measured alone on the same cases: FAISS search,
+The component times are measured alone on the same cases: the check for other
+processes' commits that starts every judgment (`memory.snapshot()`), FAISS search,
 retrieval (search + SQLite fetch + episode objects), guideline selection,
 prompt assembly, the structured-output call minus the bare model call; "graph and
 runnable machinery" is what remains.
@@ -231,6 +232,9 @@ def components(judge: MemAlignJudge, model: Any, cases: list[dict[str, Any]]) ->
         return summarize(ts)
 
     out = {
+        # The check a judgment makes first: on a folder, whether another process
+        # committed (`PRAGMA data_version`); nothing moved here, so no catch-up.
+        "check_for_other_commits": each(lambda i: mem.snapshot()),
         "faiss_search": each(lambda i: mem.index.search(vecs[i], cfg.k)),
         "retrieval_search_sqlite_episodes": each(lambda i: mem.retrieve(vecs[i])),
         "guideline_selection": each(lambda i: mem.select_guidelines(vecs[i])),

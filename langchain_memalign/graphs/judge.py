@@ -159,11 +159,11 @@ class JudgeNodes:
 
     async def aembed_case(self, state: JudgeState) -> dict[str, Any]:
         """Async twin of `embed_case`."""
-        # On a shared database, taking a view may read the database (and catch up
+        # On a folder or a database, taking a view reads the store (and catches up
         # with other processes' commits): off the event loop.
         view = (
             await asyncio.to_thread(self.memory.snapshot)
-            if self.memory.shared
+            if self.memory.store.others_commit
             else self.memory.snapshot()
         )
         out: dict[str, Any] = {"memory_seq": view.seq}

@@ -216,6 +216,9 @@ class StoreBase(Store):
         # unit must not let a later commit reuse the numbers of its steps, which
         # readers may still hold.
         self._seq_floor = 0
+        # `PRAGMA data_version` when the memory last caught up with the commits of
+        # other connections (another process on the folder); None: never.
+        self._synced_data_version: int | None = None
         try:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA secure_delete=ON")
@@ -248,10 +251,30 @@ class StoreBase(Store):
         """Reads in this block see one committed version of the memory.
 
         Every write of this process holds the store lock until it commits or
-        rolls back, so holding it here keeps commits out of the block.
+        rolls back, so holding it here keeps its commits out of the block. A
+        folder may be written by other processes too: there the block is one
+        read transaction, whose shared lock keeps their commits out until it
+        ends; inside a transaction of this connection (an `atomic` unit) no
+        other connection can commit, so none is begun.
         """
         with self.lock:
-            yield
+            if self.folder is None or self._conn.in_transaction:
+                yield
+                return
+            try:
+                self._conn.execute("BEGIN")
+            except sqlite3.ProgrammingError:  # a closed store: a usage error
+                raise
+            except (sqlite3.DatabaseError, ValueError) as e:
+                where = self._where()
+                raise sqlite_error(e, where, f"{where}: cannot read the memory ({e})") from e
+            try:
+                yield
+            finally:
+                # A read transaction has nothing to write; SQLite may have ended it
+                # already (an error inside the block).
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("COMMIT")
 
     @contextmanager
     def _reading(self, what: str) -> Iterator[None]:
@@ -328,6 +351,39 @@ class StoreBase(Store):
         if type(seq) is not int or seq < 0:
             raise MemoryFormatError(f"{self._where()}: meta.change_seq is {seq!r}, not a count")
         return seq
+
+    def _data_version(self) -> int:
+        """SQLite's count of other connections' commits (`PRAGMA data_version`).
+
+        It moves when another connection (another process on the folder)
+        commits, never for this connection's own commits: those are published
+        by their writer already.
+        """
+        with self.lock, self._reading("the data version"):
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def newer_commit(self, seq: int) -> int | None:
+        """The check before a judgment: the newest version, if another process committed.
+
+        A folder's check is `PRAGMA data_version` (no table is read); only when
+        another connection committed since the memory last caught up is the
+        change sequence read. A commit that changed only what judgments do not
+        read (meta outside a transaction: an opening judge's configuration, an
+        integration's state) leaves the version number as it is: it is noted as
+        seen here, so the next judgments go back to the one read. In process,
+        no other connection exists: None, without a read.
+        """
+        if self.folder is None:
+            return None
+        with self.lock:
+            seen = self._data_version()
+            if seen == self._synced_data_version:
+                return None
+            newest = self.change_seq()
+            if newest > seq:
+                return newest
+            self._synced_data_version = seen
+            return None
 
     # -- transactions ------------------------------------------------------------
 

@@ -10,7 +10,7 @@ before-images the transactions keep.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -162,6 +162,48 @@ class FeedbackTables(StoreBase):
             # reads every vector (a rebuild, or the proof an index cache must give).
             rows = self._conn.execute("SELECT rowid, vector FROM episodes ORDER BY rowid")
             return _matrix(rows.fetchall())
+
+    def external_episode_changes(
+        self, indexed: Callable[[], np.ndarray], *, record: bool = True
+    ) -> tuple[list[int], list[int], np.ndarray | None] | None:
+        """Episodes that other processes' commits removed and added, against an index.
+
+        A folder's commits record no list of changed episodes (as PostgreSQL's
+        do), so they are computed, and only when another connection committed
+        since the memory last caught up (`PRAGMA data_version`): the stored
+        episode ids against the index's (`indexed()`), and the vectors of the
+        added ones. Ids are never reused (AUTOINCREMENT), so a changed episode
+        shows as its old id removed and its new id added. `record=False` (a
+        judgment's private view, whose base index may lack commits the memory
+        caught up with meanwhile) computes them whatever moved and notes
+        nothing. In process, no other connection exists: None.
+        """
+        if self.folder is None:
+            return None
+        with self.lock:
+            seen = self._data_version()
+            if record and seen == self._synced_data_version:
+                return None
+            have = np.asarray(indexed(), dtype=np.int64)
+            with self._reading("episodes"):
+                stored = np.fromiter(
+                    (int(r[0]) for r in self._conn.execute("SELECT rowid FROM episodes")),
+                    dtype=np.int64,
+                )
+                removed = np.setdiff1d(have, stored).tolist()
+                rows: list[tuple[Any, ...]] = []
+                todo = np.setdiff1d(stored, have).tolist()
+                for i in range(0, len(todo), 500):
+                    chunk = todo[i : i + 500]
+                    rows += self._conn.execute(
+                        f"SELECT rowid, vector FROM episodes WHERE rowid IN "
+                        f"({','.join('?' * len(chunk))}) ORDER BY rowid",
+                        chunk,
+                    ).fetchall()
+                added, vectors = _matrix(rows)
+            if record:
+                self._synced_data_version = seen
+            return removed, added, vectors
 
     def episode_rowids(self) -> list[int]:
         """Every episode's row id, ascending."""

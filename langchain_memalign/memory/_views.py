@@ -8,9 +8,10 @@ judgment sees guidelines and episodes of the same committed version.
 
 `PublishingMemory` is that part of `JudgeMemory`: it opens the episode index
 (from a folder's cache file, or built from the stored vectors), publishes
-views after commits, and on a `shared` store catches up with other
-processes' commits before a judgment (at most every `max_staleness` seconds)
-and before a write. `_WriteLock` is the memory's write lock.
+views after commits, and catches up with other processes' commits (on a
+folder or a database: `Store.others_commit`) before a judgment (on a
+database at most every `max_staleness` seconds) and before a write.
+`_WriteLock` is the memory's write lock.
 """
 
 from __future__ import annotations
@@ -333,15 +334,17 @@ class PublishingMemory:
                     view = self._private_views.get(seq)
             if view is not None:
                 return view
-        elif self.store.shared:
+        elif self.store.others_commit and not self.store.closed:
+            # A closed memory keeps its last version for readers (`judge.guidelines`).
             return self._refresh_if_stale()
         return self._view
 
     def _refresh_if_stale(self) -> MemoryView:
-        """Before a judgment on a database memory: the view to judge on, caught up if needed.
+        """Before a judgment: the view to judge on, caught up with other processes if needed.
 
-        One indexed read of the judge row per judgment (or per `max_staleness`
-        seconds). With `max_staleness` 0 the view returned holds every commit
+        One small read per judgment (`Store.newer_commit`: on a database an
+        indexed read of the judge row, or one per `max_staleness` seconds; on a
+        folder `PRAGMA data_version`). With `max_staleness` 0 the view returned holds every commit
         made before that read, whatever else this process is doing: the judgment
         waits for another judgment's catch-up (short); while a writer of this
         process holds the index (an align, whose own steps stay invisible to
@@ -355,9 +358,10 @@ class PublishingMemory:
         if now - self._checked_at < self.max_staleness:
             return view
         self._checked_at = now
-        seq = self.store.change_seq()
-        if seq <= view.seq:
+        newer = self.store.newer_commit(view.seq)
+        if newer is None:
             return view
+        seq = newer
         if self.max_staleness > 0:
             if self._index_lock.acquire(blocking=False):
                 try:
@@ -397,6 +401,8 @@ class PublishingMemory:
         with self.store.consistent():
             seq = self.store.change_seq()
             changes = self.store.episode_changes(base.seq)
+            if changes is None:  # a folder: computed against the base's index
+                changes = self.store.external_episode_changes(base.index.ids, record=False)
             removed, added, vectors = changes if changes is not None else ([], [], None)
             count = self.store.count("episodes")
             guidelines, guideline_vectors = self.store.load_guidelines()
@@ -457,9 +463,12 @@ class PublishingMemory:
     def _publish_locked(self) -> None:
         seq = self.store.change_seq()
         changes = self.store.episode_changes(self._index_seq) if seq != self._index_seq else None
+        if changes is None:
+            # A folder another process committed to: its changes against the index.
+            changes = self.store.external_episode_changes(self.index.ids)
         if changes is not None:
-            # Other processes' commits on a shared store (and this one's, which
-            # the writer applied already: both steps are idempotent).
+            # Other processes' commits on a shared store or a folder (and this
+            # one's, which the writer applied already: both steps are idempotent).
             removed, added, vectors = changes
             self.index.remove(removed)
             if added:

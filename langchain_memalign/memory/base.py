@@ -11,11 +11,14 @@ share is written once here.
 
 What differs between backends is told by attributes, not by the class:
 
-- `shared`: other processes may write this memory. A reader then checks the
-  change sequence and catches up from `episode_changes`, and writers of all
-  processes serialize on `lock_writers`.
+- `shared`: other processes write this memory as a matter of course
+  (PostgreSQL). A reader catches up from `episode_changes`, and writers of
+  all processes serialize on `lock_writers`.
 - `folder`: the folder of a memory kept in one (its FAISS index cache lives
-  there), else None.
+  there), else None. Another process may open the folder too.
+- `others_commit`: `shared` or a folder: other connections may commit while
+  this one is open, so a judgment first asks `newer_commit` (one small
+  read) and catches up when it says so.
 - `staleness`: how many seconds a judgment may lag behind the newest commit.
 - `supports_atomic`: whether `atomic` makes several transactions one.
 - `stores_nul`: whether text may hold a NUL character (PostgreSQL's cannot).
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,6 +137,27 @@ class Store(ABC):
         serialized by the memory's own write lock.
         """
         return contextlib.nullcontext()
+
+    @property
+    def others_commit(self) -> bool:
+        """Whether other connections (processes) may commit while this store is open.
+
+        True for a `shared` store and for a folder; a judgment then checks for
+        their commits first (`newer_commit`). An in-process memory has no
+        other connection.
+        """
+        return self.shared or self.folder is not None
+
+    def newer_commit(self, seq: int) -> int | None:
+        """The check before a judgment: a commit newer than version `seq`, if any.
+
+        Returns the newest version number when the store may hold a commit
+        that the version `seq` this process published lacks, else None. It
+        must stay cheap (one small read): every judgment asks. Here: the
+        stored change sequence, read and compared.
+        """
+        newest = self.change_seq()
+        return newest if newest > seq else None
 
     def forget_versions(self, up_to: int) -> None:
         """Drop what this process keeps for readers of versions up to `up_to`.
@@ -261,6 +285,21 @@ class Store(ABC):
         Returns (removed ids, added ids, added vectors). A store that is not
         `shared` sees only its own writes, which its caller applied already:
         it tracks nothing and returns None.
+        """
+        return None
+
+    def external_episode_changes(
+        self, indexed: Callable[[], np.ndarray], *, record: bool = True
+    ) -> tuple[list[int], list[int], np.ndarray | None] | None:
+        """Episodes other connections' commits removed and added, computed against an index.
+
+        For a store whose commits do not record them (a folder:
+        `episode_changes` is None). `indexed()` gives the ids of the index to
+        bring up to date. Returns (removed ids, added ids, added vectors), or
+        None when there is nothing to apply. With `record`, the caller applies
+        them and the store notes that it is up to date; call it inside
+        `consistent`. Here: None (the changes come from `episode_changes`, or
+        nobody else commits).
         """
         return None
 

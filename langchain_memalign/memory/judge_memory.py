@@ -257,6 +257,12 @@ class JudgeMemory(PublishingMemory):
                 self._held = self._view
             try:
                 with self.store.atomic():
+                    if not self.store.shared and self.store.newer_commit(start) is not None:
+                        # Another process committed to the folder. A folder has no
+                        # writer lock across processes but the unit's own transaction,
+                        # which now keeps their commits out: catching up here lets the
+                        # unit decide on the newest guidelines, feedback and episodes.
+                        self._publish()
                     yield
             except BaseException:
                 self._views = OrderedDict((s, v) for s, v in self._views.items() if s <= start)
