@@ -258,15 +258,16 @@ def learning_curve(
             counter = UsageCallbackHandler()
             failed: list[str] = []
             usage = Usage()
-            started = time.perf_counter()
+            seconds = 0.0  # a stage with nothing new aligns nothing
             if new:
+                started = time.perf_counter()
                 report = judge.align(new, with_callback(config, counter), raise_on_failure=False)
+                seconds = time.perf_counter() - started
                 failed = list(getattr(report, "failed", None) or [])
                 reported = getattr(report, "usage", None)
                 if isinstance(reported, Usage):  # embedding counts come from the report
                     usage.embedding_calls = reported.embedding_calls
                     usage.embedded_texts = reported.embedded_texts
-            seconds = time.perf_counter() - started
             done = point
             counted = counter.usage()
             usage.llm_calls = counted.llm_calls
