@@ -8,7 +8,6 @@ graph's final state into a `JudgeResult`.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -150,11 +149,7 @@ class PrepareCases(Runnable[dict[str, Any], JudgeState]):
     ) -> list[Any]:
         """Async twin of `batch`."""
         states = self._states(inputs, return_exceptions)
-        view = (
-            await asyncio.to_thread(self.memory.snapshot)
-            if self.memory.store.others_commit
-            else self.memory.snapshot()
-        )
+        view = await self.memory.asnapshot()
         todo = self._texts(states, view)
         if todo:
             texts = [self._text(states[i]) for i in todo]

@@ -159,13 +159,7 @@ class JudgeNodes:
 
     async def aembed_case(self, state: JudgeState) -> dict[str, Any]:
         """Async twin of `embed_case`."""
-        # On a folder or a database, taking a view reads the store (and catches up
-        # with other processes' commits): off the event loop.
-        view = (
-            await asyncio.to_thread(self.memory.snapshot)
-            if self.memory.store.others_commit
-            else self.memory.snapshot()
-        )
+        view = await self.memory.asnapshot()
         out: dict[str, Any] = {"memory_seq": view.seq}
         self._check_given_vector(state, view)
         if state.get("query_vector") is None and self.memory.needs_query_vector(view):

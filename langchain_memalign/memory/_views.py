@@ -16,6 +16,7 @@ database at most every `max_staleness` seconds) and before a write.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -338,6 +339,15 @@ class PublishingMemory:
             # A closed memory keeps its last version for readers (`judge.guidelines`).
             return self._refresh_if_stale()
         return self._view
+
+    async def asnapshot(self) -> MemoryView:
+        """Async twin of `snapshot()`, off the event loop where taking a view reads the store.
+
+        A folder or a database may catch up with other processes' commits first.
+        """
+        if self.store.others_commit:
+            return await asyncio.to_thread(self.snapshot)
+        return self.snapshot()
 
     def _refresh_if_stale(self) -> MemoryView:
         """Before a judgment: the view to judge on, caught up with other processes if needed.
