@@ -289,6 +289,13 @@ def test_align_in_batches_names_each_step_as_it_runs(env: Env) -> None:
     )
     assert any(ln.startswith("aligning 1-2 of 3: validate done (") for ln in first)
     assert any(ln.startswith("aligning 3-3 of 3: reflect done (1 model call") for ln in lines)
+    # Checks: the step, and a line for each candidate tested with its agreement.
+    assert "aligning 3-3 of 3: checks..." in lines
+    assert any(
+        re.match(r"aligning 3-3 of 3: checks: g-\w+ agrees with the experts on \d+ of", ln)
+        for ln in lines
+    )
+    assert any(ln.startswith("aligning 3-3 of 3: checks done (") for ln in lines)
     code, _, err = env.run("align", env.feedback, "--no-progress")
     assert code == EXIT_OK and "aligning" not in err
 
