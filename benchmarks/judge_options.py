@@ -26,7 +26,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.datasets import FILES, load_as_run, load_scenario
-from harness.memories import mark_unchecked_as_failed, pop_failed_from_missing
 from harness.options import judge_kwargs
 from harness.provenance import file_sha256, run_info
 from quality import metrics, seen_sample
@@ -113,14 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / "memory"
             shutil.copytree(memory, scratch)
-            opts = dict(overrides)
-            unrecorded = pop_failed_from_missing(opts)
             judge = MemAlignJudge.load(
                 scratch, judge_llm, emb,
-                **judge_kwargs({"reuse_expert_verdicts": False}, opts),
+                **judge_kwargs({"reuse_expert_verdicts": False}, overrides),
             )  # fmt: skip
-            if unrecorded:
-                mark_unchecked_as_failed(judge)
             started = time.perf_counter()
             kw = {"scale": spec.scale, "ordinal": spec.ordinal,
                   "max_concurrency": a.max_concurrency}  # fmt: skip

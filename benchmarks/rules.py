@@ -57,7 +57,6 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness.memories import mark_unchecked_as_failed, pop_failed_from_missing
 from harness.options import judge_kwargs
 from harness.provenance import file_sha256, run_info
 from langchain_core.callbacks import BaseCallbackHandler
@@ -317,12 +316,9 @@ class Bench:
                 db.execute("DELETE FROM guideline_sources")
                 db.execute("DELETE FROM guidelines")
         oracle = options.pop("_oracle_rule", False)
-        unrecorded = pop_failed_from_missing(options)
         judge = MemAlignJudge.load(scratch, self.judge_llm, self.emb,
                                    reflection_model=self.reflect_llm,
                                    **judge_kwargs(options))  # fmt: skip
-        if unrecorded:
-            mark_unchecked_as_failed(judge)
         if oracle:
             # The hidden rule itself as the only guideline: what a reflection that found it
             # would give (an exploration upper bound, never a published system).

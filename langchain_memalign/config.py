@@ -243,13 +243,6 @@ class ChecksOptions(_Group):
         "(docs/decisions.md#a-silent-check-settles-its-rule). False states every "
         "guideline and shows every retrieved case.",
     )
-    show_failed_rules: bool = Field(
-        default=True,
-        description="Whether the holistic judgment states a learned rule none of whose "
-        "candidate checks agreed with the experts' cases. False leaves its text out (its "
-        "past cases stay): a rule the judge could not be shown to read on the experts' "
-        "own cases is not argued from its prose.",
-    )
     case_max_chars: int = Field(
         default=2000, ge=100, le=200_000,
         description="Characters of each field of a case shown with a check's question.",

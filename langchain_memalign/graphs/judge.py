@@ -482,15 +482,10 @@ class JudgeNodes:
         """The guidelines and past cases the holistic prompt shows (`checks.settle`).
 
         A rule its check settled is not argued again: its text and the past cases its
-        check caught are left out. With `checks.show_failed_rules=False`, neither is the
-        text of a rule none of whose checks agreed with the experts' cases.
+        check caught are left out.
         """
         guidelines = state.get("guidelines") or []
         episodes = state.get("episodes") or []
-        opts = self.memory.config.options.checks
-        if not opts.show_failed_rules and opts.mode != "off":
-            failed = self.memory.snapshot(state.get("memory_seq")).failed_checks
-            guidelines = [g for g in guidelines if g.id not in failed]
         settled = set(state.get("settled") or [])
         if not settled:
             return guidelines, episodes

@@ -192,7 +192,7 @@ class CheckLearner:
         opts = mem.config.options.checks
         scale = mem.config.scale
         state = load_rulebook(mem.store)
-        before = _comparable(state)
+        before = _comparable(state.checks)
         guidelines = list(mem.guidelines)
         current = {g.id: g for g in guidelines}
         reports: list[CheckReport] = []
@@ -202,10 +202,6 @@ class CheckLearner:
         for gid in stale:
             reports.append(CheckReport(rule_id=gid, action="removed"))
             del state.checks[gid]
-        state.failed_checks = {
-            gid: text for gid, text in state.failed_checks.items()
-            if gid in current and current[gid].text == text
-        }  # fmt: skip
         if not guidelines:
             return self._store(state, before, reports, stale), usage, errors
 
@@ -314,7 +310,6 @@ class CheckLearner:
                 c.action = "written" if c.tried == 1 else "rephrased"
         for c in fresh.values():
             if c.kept is None and c.last is not None:
-                state.failed_checks[c.rule.id] = c.rule.text
                 check, test = c.last
                 reports.append(
                     CheckReport(
@@ -342,7 +337,6 @@ class CheckLearner:
                 )
             )  # fmt: skip
             state.checks[g.id] = check.model_copy(update={"covered_by": covered.get(g.id)})
-            state.failed_checks.pop(g.id, None)
         return self._store(state, before, reports, list(kept)), usage, errors
 
     # -- the experts' cases -----------------------------------------------------------
@@ -577,7 +571,7 @@ class CheckLearner:
         rule_ids: Sequence[str],
     ) -> list[CheckReport]:
         """Write the rulebook if a check changed (a re-test's time alone is no change)."""
-        if _comparable(state) != before:
+        if _comparable(state.checks) != before:
             with self.memory.write() as w:
                 w.put_rulebook(state)
                 w.log("checks", [], rule_ids)
@@ -618,9 +612,8 @@ def _paraphrases(
     return heads, copies
 
 
-def _comparable(state: RulebookState) -> dict[str, Any]:
-    checks = {gid: c.model_dump(exclude={"test": {"at"}}) for gid, c in state.checks.items()}
-    return {"checks": checks, "failed": dict(state.failed_checks)}
+def _comparable(checks: dict[str, Check]) -> dict[str, Any]:
+    return {gid: c.model_dump(exclude={"test": {"at"}}) for gid, c in checks.items()}
 
 
 # A lone placeholder letter of the writing prompt's schematic example ("Does the reply

@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,8 +135,6 @@ class MemoryView:
     calibration: ScoreCalibration = field(default_factory=ScoreCalibration)
     # The guidelines' checks (rulebook), by guideline id, of this version.
     checks: Mapping[str, Check] = field(default_factory=dict)
-    # The guidelines none of whose candidate checks agreed with the experts' cases.
-    failed_checks: frozenset[str] = frozenset()
 
 
 class PublishingMemory:
@@ -419,7 +417,7 @@ class PublishingMemory:
             count = self.store.count("episodes")
             guidelines, guideline_vectors = self.store.load_guidelines()
             calibration = self.stored_calibration()
-            checks, failed = self._stored_checks(guidelines)
+            checks = self.stored_checks()
             index = base.index.copy()
             index.remove(removed)
             if added and vectors is not None:
@@ -430,7 +428,7 @@ class PublishingMemory:
             if len(index) != count:
                 index = self._rebuild_index()
         view = MemoryView(
-            seq, tuple(guidelines), guideline_vectors, index.frozen(), calibration, checks, failed
+            seq, tuple(guidelines), guideline_vectors, index.frozen(), calibration, checks
         )
         # Kept apart from the writer's `_views` (guarded by the index lock) for the
         # other steps of the judgment, which find it by its version (`snapshot(seq)`).
@@ -460,14 +458,6 @@ class PublishingMemory:
     def stored_checks(self) -> dict[str, Check]:
         """The guidelines' checks as stored now, by guideline id."""
         return load_rulebook(self.store).checks
-
-    def _stored_checks(
-        self, guidelines: Sequence[Guideline]
-    ) -> tuple[dict[str, Check], frozenset[str]]:
-        """The stored checks, and the guidelines (as they read now) whose checks failed."""
-        book = load_rulebook(self.store)
-        failed = frozenset(g.id for g in guidelines if book.failed_checks.get(g.id) == g.text)
-        return book.checks, failed
 
     # -- publishing a version after a committed write ------------------------------------
 
@@ -504,7 +494,7 @@ class PublishingMemory:
         guidelines, vectors = self.store.load_guidelines()
         view = MemoryView(
             seq, tuple(guidelines), vectors, self.index.frozen(), self.stored_calibration(),
-            *self._stored_checks(guidelines),
+            self.stored_checks(),
         )  # fmt: skip
         self._views[seq] = view
         self._views.move_to_end(seq)

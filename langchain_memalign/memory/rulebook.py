@@ -239,9 +239,6 @@ class RulebookState(BaseModel):
     rejected: list[RejectedRule] = Field(default_factory=list)
     changes: list[RuleChange] = Field(default_factory=list)
     checks: dict[str, Check] = Field(default_factory=dict)
-    # Rules none of whose candidate checks agreed with the experts' cases, by id, with
-    # the rule's text when they were tested (an edited rule is a new rule to check).
-    failed_checks: dict[str, str] = Field(default_factory=dict)
 
     def protected(self) -> set[str]:
         """Ids no model may rewrite or remove: added, edited or pinned by an expert."""

@@ -157,42 +157,6 @@ def test_a_silent_check_settles_its_rule_for_the_holistic_judgment(
         assert rule.text in memory and "Refunds take 5 days." in memory
 
 
-@pytest.mark.parametrize("show", [True, False])
-def test_a_rule_whose_checks_failed_is_stated_only_if_asked(
-    make_judge: Any, responder: RoleResponder, show: bool
-) -> None:
-    seen: list[str] = []
-
-    def records(case: str, memory: str) -> dict[str, Any]:
-        seen.append(memory)
-        return passes_all(case, memory)
-
-    responder.judge_rule = records
-    responder.check_word = "refund"  # separates nothing: every rule's check fails
-    judge = make_judge(options={"checks": {**ON, "show_failed_rules": show}})
-    judge.align(TRAIN)
-    rules = judge.rules.list()
-    assert rules and all(r.check is None for r in rules)
-    judge.invoke(NEW_COLD)
-    memory = seen[-1]
-    tested = [r for r in rules if set(r.source_ids) & {"a", "b"}]  # a failing source
-    assert set(judge.memory.snapshot().failed_checks) == {r.id for r in tested}
-    assert tested and all((r.text in memory) is show for r in tested)
-    # A rule from passing cases alone gives no verdict a check could: it is no failed rule.
-    assert all(r.text in memory for r in rules if r not in tested)
-    assert "Refunds take 5 days." in memory  # the past cases stay either way
-
-    # An expert's edit makes it a new rule: stated again until its checks are tested.
-    edited = "Say sorry to an upset customer first."
-    judge.rules.edit(tested[0].id, edited, author="lead")
-    judge.invoke(NEW_COLD)
-    assert edited in seen[-1]
-    # A rule whose check now agrees is no failed rule any more.
-    responder.check_word = "sorry"
-    judge.align([fb("e", "I'm upset, refund me", "Refunds in 3 days.", False, "No sorry.")])
-    assert tested[1].id not in judge.memory.snapshot().failed_checks
-
-
 def test_a_rule_tries_the_checks_already_kept_before_its_own(
     make_judge: Any, responder: RoleResponder
 ) -> None:
