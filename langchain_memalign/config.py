@@ -80,7 +80,9 @@ class RetrievalOptions(_Group):
     )
     show_other_answers: bool = Field(
         default=True,
-        description="Show past cases that have this case's inputs but other outputs "
+        description="Experimental: False exists for a benchmark ablation and may change or "
+        "go (docs/decisions.md#other-answers-to-the-same-question). "
+        "Show past cases that have this case's inputs but other outputs "
         '(another answer to the same question). With `embed="inputs"` they are retrieved '
         "at similarity 1.0, as the case itself is, so no floor leaves them out; their "
         "verdict belongs to another answer. False leaves them out of judgments and of "
@@ -149,7 +151,9 @@ class ValidationOptions(_Group):
     )
     require_fix: bool = Field(
         default=False,
-        description="Keep a checked guideline only if it fixes more seen verdicts than it "
+        description="Experimental: True exists for a benchmark ablation and may change or "
+        "go (docs/decisions.md#validation-keeps-a-tie). "
+        "Keep a checked guideline only if it fixes more seen verdicts than it "
         "breaks. False (the default) keeps one that breaks no more than it fixes, a tie or "
         "no change included: a correct rule the judge already follows fixes nothing and "
         "stays.",
@@ -184,9 +188,11 @@ class PromptOptions(_Group):
     layout: Literal["turns", "checklist", "plain"] = Field(
         default="turns",
         description="How the working memory is laid out. 'turns': guidelines in the system "
-        "message, each past case a user turn answered by the expert's verdict; 'checklist': "
-        "a memory block before the case, and the judge names the guidelines whose condition "
-        "the case meets before scoring; 'plain': the same block, a short rationale.",
+        "message, each past case a user turn answered by the expert's verdict. Experimental, "
+        "for benchmark ablations, and may change or go: 'checklist', a memory block before "
+        "the case, and the judge names the guidelines whose condition the case meets before "
+        "scoring; 'plain', the same block, a short rationale "
+        "(docs/decisions.md#the-working-memory-layout-turns-checklist-plain).",
     )
     verdict_order: Literal["auto", "score_first", "rationale_first"] = Field(
         default="auto",
@@ -200,10 +206,11 @@ class PromptOptions(_Group):
         default="separate",
         description="Pairwise scales, how the two outputs are compared. 'separate': rate "
         "each output alone from 1 to 10 and compare the ratings (equal is a tie), so no "
-        "output is ever shown first; 'both_orders': judge them as given and swapped and "
-        "reconcile (disagreement is a tie); 'one_order': one call, as given. 'separate' is "
-        "the default because a judge that prefers whichever output it reads first ties "
-        "nearly every case in 'both_orders'.",
+        "output is ever shown first. Experimental, for benchmark ablations, and may change "
+        "or go: 'both_orders', judge them as given and swapped and reconcile (disagreement "
+        "is a tie); 'one_order', one call, as given. 'separate' is the default because a "
+        "judge that prefers whichever output it reads first ties nearly every case in "
+        "'both_orders' (docs/decisions.md#pairwise-each-output-rated-alone).",
     )
 
 

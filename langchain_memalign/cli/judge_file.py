@@ -287,7 +287,7 @@ k = 5                                           # past cases retrieved per judgm
 # [options.validation]
 # mode = "all"                                  # check guidelines on every seen case
 # [options.prompt]
-# pairwise_mode = "both_orders"                 # for scale = "pairwise"
+# verdict_order = "rationale_first"             # default "auto": the score first on [low, high]
 '''
 
 
