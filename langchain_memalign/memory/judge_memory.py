@@ -32,7 +32,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from langchain_memalign._text import render, stable_hash, truncate
-from langchain_memalign.config import JudgeConfig, config_with_overrides
+from langchain_memalign.config import JudgeConfig, config_with_overrides, upgrade_stored_config
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._config_checks import CONFIG_BOUNDS as CONFIG_BOUNDS
@@ -129,7 +129,10 @@ class JudgeMemory(PublishingMemory):
             if stored is None:
                 raise MemoryFormatError(f"{where}: memory has no judge configuration")
             old = _stored_config(stored, where)
-            config = JudgeConfig.model_validate(config_with_overrides(stored, overrides))
+            # A configuration stored flat by earlier versions is overridden as read, nested.
+            config = JudgeConfig.model_validate(
+                config_with_overrides(upgrade_stored_config(stored), overrides)
+            )
             check_config_bounds(config.model_dump(mode="json"), where=None)
             _check_identity(old, config, where)
             memory = cls(store, embeddings, config)

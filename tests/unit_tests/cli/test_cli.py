@@ -771,26 +771,26 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     assert "known keys: mode, require_fix, max_calls" in err
 
 
-def test_the_judge_file_reads_the_flat_option_keys_of_earlier_versions(env: Env) -> None:
+def test_a_flat_option_key_in_the_judge_file_is_an_error_naming_its_place(env: Env) -> None:
     env.config.write_text(
-        CONFIG + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
-        'judge_prompt = "checklist"\nvalidate_guidelines = "off"\nreuse_expert_verdicts = false\n'
-        'reflection = "pairs"\nmax_retries = 3\n'
+        CONFIG + 'judge_prompt = "checklist"\nreuse_expert_verdicts = false\nmax_retries = 3\n'
+        'reflection = "pairs"\n'
     )
-    assert env.run("create")[0] == EXIT_OK
-    options = memory_summary(env.tmp / "mem")["config"]["options"]
-    assert options["reflection"]["source_support"] is None  # "off"
-    assert options["retrieval"]["min_similarity_with_rationale"] == 0.5
-    # "off" turns off an option whose None means off; it is a value of the validation mode
-    assert options["prompt"]["layout"] == "checklist" and options["validation"]["mode"] == "off"
-    assert options["retrieval"]["reuse_expert_verdicts"] is False
-    assert options["reflection"]["mode"] == "pairs" and options["max_retries"] == 3
-    env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "pairwise_mode (options.prompt.pairwise_mode)" in err
-    env.config.write_text(CONFIG + 'min_episode_similarity = "never"\n')
+    assert code == EXIT_USAGE, err
+    assert "judge_prompt: unknown option; did you mean options.prompt.layout?" in err
+    assert (
+        "reuse_expert_verdicts: unknown option; did you mean "
+        "options.retrieval.reuse_expert_verdicts?" in err
+    )
+    assert "max_retries: unknown option; did you mean options.max_retries?" in err
+    assert "reflection: unknown option; did you mean options.reflection.mode?" in err
+    assert not (env.tmp / "mem").exists()  # nothing was created
+    # in the options table, a flat name is named with its place in that table
+    env.config.write_text(BASE_CONFIG + '[options]\nvalidate_guidelines = "all"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "min_episode_similarity" in err
+    assert code == EXIT_USAGE
+    assert "options: unknown option 'validate_guidelines'; did you mean validation.mode?" in err
 
 
 # -- judge files and models --------------------------------------------------------------------
