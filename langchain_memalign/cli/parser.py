@@ -614,7 +614,11 @@ def _export_parser(
         "memory changed (nothing, if nothing did). Corrections of its verdicts in "
         "LangSmith come back with `memalign align --langsmith-project`.",
         epilog="Example:\n  memalign export langsmith -c judge.toml --langsmith-project "
-        "support-bot --sampling-rate 0.2 --filter 'eq(is_root, true)'",
+        "support-bot --sampling-rate 0.2 --filter 'eq(is_root, true)'\n\n"
+        "Exit status:\n"
+        "  0    exported (or nothing changed)\n"
+        "  1    a LangSmith call failed (the error names it)\n"
+        "  2    bad arguments or configuration: no LangSmith API key, an unknown project",
         formatter_class=fmt,
     )
     ls = q.add_argument_group("LangSmith (LANGSMITH_API_KEY, LANGSMITH_ENDPOINT)")

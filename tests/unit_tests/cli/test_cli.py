@@ -1094,12 +1094,38 @@ def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -
     )  # fmt: skip
     report = json.loads(out)
     assert code == EXIT_OK and report["changed"] is False and report["rule_id"] == rule["id"]
-    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
-    assert code == EXIT_FAILED and "cannot export to LangSmith project 'nope'" in err
     code, _, err = env.run(
         "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "2"
     )
     assert code == EXIT_USAGE and "sampling_rate must be from 0 to 1" in err
+
+
+def test_export_langsmith_says_what_to_fix_without_a_key_or_with_an_unknown_project(
+    env: Env, langsmith: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    langsmith.add_project("support-bot")
+    env.created()
+    before = len(langsmith.requests)
+    # A typo in the project's name is the user's to fix (2), named; nothing is written.
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
+    assert code == EXIT_USAGE and "LangSmith has no project named 'nope'" in err, err
+    assert not langsmith.platform.rules and not langsmith.datasets
+    assert all(r.method == "GET" for r in langsmith.requests[before:])
+    # No key: refused before any call, naming the endpoint it would have called.
+    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    before = len(langsmith.requests)
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
+    assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
+    assert "LangSmithConnectionError" not in err and langsmith.url in err
+    assert len(langsmith.requests) == before
+    # An endpoint that does not answer is a failed export (1), named.
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
+    assert code == EXIT_FAILED and "cannot export to LangSmith project 'support-bot'" in err
+    code, out, _ = env.run("export", "langsmith", "--help")
+    assert "Exit status:" in out and "no LangSmith API key, an unknown project" in out
 
 
 @pytest.mark.filterwarnings(
