@@ -1039,8 +1039,9 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     calls = len(env.model.calls)
     code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once", "--json")
     cycle = json.loads(out)
-    assert code == EXIT_OK and cycle["verdicts"] == [] and cycle["already_judged"] == 3
-    assert len(env.model.calls) == calls
+    # The next cycle reads on from where the last stopped (its cursor, in the memory).
+    assert code == EXIT_OK and cycle["verdicts"] == [] and cycle["considered"] == 0
+    assert cycle["left"] == 0 and len(env.model.calls) == calls
 
     def evaluators() -> bool:
         return any(langsmith.sessions[r["session_id"]]["name"] == "evaluators"
@@ -1050,10 +1051,37 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     assert not evaluators()
     ended_run("Is it gift-wrapped?")
     code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once", "--trace")
-    assert code == EXIT_OK and "1 of 4 runs judged (3 already" in out, err
+    assert code == EXIT_OK and "1 of 1 runs judged (0 already" in out, err
     assert langsmith.wait_for(evaluators, timeout=30)
     code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--sampling-rate", "2")
     assert code == EXIT_USAGE and "sampling_rate must be within 0 and 1" in err
+
+
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_watch_since_backfills_from_a_date_or_a_span(env: Env, langsmith: Any) -> None:
+    project = langsmith.add_project("support-bot")
+    three_days_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    langsmith.add_run(
+        session_id=project["id"], inputs={"question": "Where is my order?"},
+        outputs={"answer": "Shipped."}, start_time=three_days_ago.isoformat(),
+        end_time=(three_days_ago + dt.timedelta(seconds=2)).isoformat(),
+    )  # fmt: skip
+    env.created()
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    assert code == EXIT_OK and "0 of 0 runs judged" in out, err  # a day back by default
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once",
+                             "--since", "7d")  # fmt: skip
+    assert code == EXIT_OK and "1 of 1 runs judged" in out, err
+    day = (three_days_ago - dt.timedelta(days=1)).date().isoformat()
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once",
+                             "--since", day, "--json")  # fmt: skip
+    cycle = json.loads(out)  # a new --since restarts reading there: judged already
+    assert code == EXIT_OK and (cycle["considered"], cycle["already_judged"]) == (1, 1)
+    code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--since", "soon")
+    assert code == EXIT_USAGE and "'soon' is neither a date nor a span" in err
 
 
 def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -> None:
@@ -1073,12 +1101,38 @@ def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -
     )  # fmt: skip
     report = json.loads(out)
     assert code == EXIT_OK and report["changed"] is False and report["rule_id"] == rule["id"]
-    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
-    assert code == EXIT_FAILED and "cannot export to LangSmith project 'nope'" in err
     code, _, err = env.run(
         "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "2"
     )
     assert code == EXIT_USAGE and "sampling_rate must be from 0 to 1" in err
+
+
+def test_export_langsmith_says_what_to_fix_without_a_key_or_with_an_unknown_project(
+    env: Env, langsmith: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    langsmith.add_project("support-bot")
+    env.created()
+    before = len(langsmith.requests)
+    # A typo in the project's name is the user's to fix (2), named; nothing is written.
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
+    assert code == EXIT_USAGE and "LangSmith has no project named 'nope'" in err, err
+    assert not langsmith.platform.rules and not langsmith.datasets
+    assert all(r.method == "GET" for r in langsmith.requests[before:])
+    # No key: refused before any call, naming the endpoint it would have called.
+    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    before = len(langsmith.requests)
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
+    assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
+    assert "LangSmithConnectionError" not in err and langsmith.url in err
+    assert len(langsmith.requests) == before
+    # An endpoint that does not answer is a failed export (1), named.
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
+    assert code == EXIT_FAILED and "cannot export to LangSmith project 'support-bot'" in err
+    code, out, _ = env.run("export", "langsmith", "--help")
+    assert "Exit status:" in out and "no LangSmith API key, an unknown project" in out
 
 
 @pytest.mark.filterwarnings(
@@ -1110,7 +1164,7 @@ def test_watch_exits_1_when_a_judgment_failed(env: Env, langsmith: Any) -> None:
     assert code == EXIT_FAILED and len(json.loads(out)["failed"]) == 1
     env.responder.judge_rule = empathy_rule  # the model answers properly now
     code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
-    assert code == EXIT_OK and "1 of 2 runs judged (1 already" in out, err
+    assert code == EXIT_OK and "1 of 1 runs judged (0 already" in out, err  # the retried one
     code, out, _ = env.run("watch", "--help")
     assert "Exit status:" in out and "a judgment or a reflection failed" in out
 
