@@ -1125,7 +1125,10 @@ def test_export_langsmith_says_what_to_fix_without_a_key_or_with_an_unknown_proj
     code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
     assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
     assert "LangSmithConnectionError" not in err and langsmith.url in err
-    assert len(langsmith.requests) == before
+    # None of this call's: a request of the first call's client may still land (its
+    # background thread, on a loaded machine), but it carries that call's key and project.
+    late = langsmith.requests[before:]
+    assert not any(not r.headers.get("x-api-key") or "support-bot" in str(r.query) for r in late)
     # An endpoint that does not answer is a failed export (1), named.
     monkeypatch.setenv("LANGSMITH_API_KEY", "test")
     monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
