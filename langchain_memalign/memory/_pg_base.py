@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_memalign._redact import redact_logs
+from langchain_memalign._redact import redact_logs, scrub_exception
 from langchain_memalign.errors import (
     MemAlignError,
     MemoryBusyError,
@@ -140,13 +140,17 @@ def _refusal(error: BaseException | None) -> str | None:
     return "database" if _NO_DATABASE.search(text) else None
 
 
-def _recording_connection_class(psycopg: Any, refusals: list[tuple[str, BaseException]]) -> Any:
+def _recording_connection_class(
+    psycopg: Any, target: PostgresTarget, refusals: list[tuple[str, BaseException]]
+) -> Any:
     """A connection class for the pool that keeps the connection errors no retry can fix.
 
     The pool retries every failed connection in its own threads and only logs
     why; opening watches this list (of `(kind, error)`: "client", "authentication"
     or "database") to give up at once on a URL libpq refuses alone, credentials the
-    server refuses, or a database it does not have.
+    server refuses, or a database it does not have. Every error leaves here without
+    the failed connection psycopg keeps on it (`scrub_exception`): the pool logs it,
+    and opening may chain it.
     """
 
     class RecordingConnection(psycopg.Connection):  # type: ignore[misc]
@@ -156,6 +160,7 @@ def _recording_connection_class(psycopg: Any, refusals: list[tuple[str, BaseExce
                 return super().connect(conninfo, **kwargs)
             except psycopg.Error as e:
                 kind = "client" if _refused_by_client(e) else _refusal(e)
+                scrub_exception(e, target.conninfo)
                 if kind is not None:
                     refusals.append((kind, e))
                 raise
@@ -164,14 +169,19 @@ def _recording_connection_class(psycopg: Any, refusals: list[tuple[str, BaseExce
 
 
 def _connect_error(psycopg: Any, target: PostgresTarget) -> tuple[BaseException | None, str | None]:
-    """The error of one direct connection attempt and its `_refusal` ((None, None): it connects)."""
+    """The error of one direct connection attempt and its `_refusal` ((None, None): it connects).
+
+    The error is scrubbed of the failed connection psycopg keeps on it, once read.
+    """
     try:
         # libpq's connect_timeout is whole seconds, at least 2.
         timeout = max(2, min(10, int(target.open_timeout)))
         psycopg.connect(target.conninfo, connect_timeout=timeout).close()
     except psycopg.Error as e:
         error: BaseException = e
-        return error, _refusal(e)
+        kind = _refusal(e)
+        scrub_exception(e, target.conninfo)
+        return error, kind
     return None, None
 
 
@@ -189,22 +199,16 @@ def _refused_by_server(error: BaseException | None) -> bool:
 
 
 def safe_cause(cause: BaseException, target: PostgresTarget) -> BaseException | None:
-    """`cause`, to chain an error to, unless a credential of `target` is in its chain.
+    """`cause`, to chain an error to, once no credential of `target` is left in its chain.
 
-    A traceback prints every exception of the chain: a driver's error that
-    quotes the URL would show its password there, even with our own message
-    redacted. Such a cause is not chained (`raise ... from None`; our message
-    says what it said, redacted); a clean one is kept for code that inspects it.
+    A traceback prints every exception of the chain, and code reads their attributes:
+    a driver's error that quotes the URL, or psycopg's that keeps the failed connection
+    (`e.pgconn`, the password among its options), would give the password away even
+    with our own message redacted. The chain is scrubbed in place (`scrub_exception`);
+    a cause it cannot clean is not chained (`raise ... from None`: our message says
+    what it said, redacted).
     """
-    seen: BaseException | None = cause
-    for _ in range(16):  # a chain, not a cycle
-        if seen is None:
-            break
-        text = f"{seen}{seen.args!r}"
-        if target.redact(text) != text:
-            return None
-        seen = seen.__cause__ or seen.__context__
-    return cause
+    return cause if scrub_exception(cause, target.conninfo) else None
 
 
 def _conninfo_value(target: PostgresTarget, key: str) -> str | None:
@@ -304,7 +308,7 @@ class PostgresBase(Store):
                 kwargs={"autocommit": True},
                 open=False,
                 name=f"memalign-{target.judge}",
-                connection_class=_recording_connection_class(psycopg, refusals),
+                connection_class=_recording_connection_class(psycopg, target, refusals),
                 configure=None if target.schema is None else self._use_schema,
             )
             self._open_pool(psycopg_pool.PoolTimeout, refusals)
