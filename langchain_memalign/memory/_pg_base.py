@@ -161,7 +161,9 @@ def _recording_connection_class(
             except psycopg.Error as e:
                 kind = "client" if _refused_by_client(e) else _refusal(e)
                 scrub_exception(e, target.conninfo)
-                if kind is not None:
+                # Opening reads the first; the pool keeps retrying for as long as it is
+                # open, and a server refusing for hours must not grow the list.
+                if kind is not None and not refusals:
                     refusals.append((kind, e))
                 raise
 
