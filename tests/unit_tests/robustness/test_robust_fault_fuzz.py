@@ -4,7 +4,7 @@ A seeded sequence of the judge's public calls (`CALLS`: align, unalign, calibrat
 their async twins, every rulebook action and view, save, the integrations' state,
 every kind of judgment, agreement, the LangSmith export, and closing and reopening)
 runs on one judge per backend (in process, a folder, a PostgreSQL judge) whose scale
-and step modes are drawn from the seed (`setup`). Each call gets a fault planned at a
+and step modes are drawn from the seed (`draw_setup`). Each call gets a fault planned at a
 random point: the chat model or the embedding model fails at its n-th call since the
 call started, once (a blip) or from then on (an outage), with a connection error, a
 timeout or an SDK-style error that is no `OSError`; or the chat model answers garbage,
@@ -171,7 +171,8 @@ SCALES: list[tuple[Any, tuple[Any, ...]]] = [
 ]
 
 
-def setup(rng: random.Random) -> Setup:
+# Not named `setup`: pytest 8.0 (our lowest) calls a module-level `setup` as nose's.
+def draw_setup(rng: random.Random) -> Setup:
     """A judge configuration: every scale kind but pairwise, and the steps' modes."""
     scale, labels = rng.choice(SCALES)
     options = {
@@ -653,7 +654,7 @@ def test_every_public_call_under_provider_faults(
         targets["copy judge"] = f"{db}?judge=copy{tag}"
         targets["foreign judge"] = f"{db}?judge=foreign{tag}"
     targets["foreign folder"] = tmp_path / "foreign"
-    providers, on = Providers(), setup(rng)
+    providers, on = Providers(), draw_setup(rng)
     for name in ("foreign folder", "foreign judge"):
         if name in targets:  # a memory of another judge: saving over it needs overwrite
             _judge(targets[name], providers, on, name="other").close()
