@@ -436,7 +436,7 @@ class CheckLearner:
         spent: list[Usage] = []
 
         def step(_: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            spent.append(self._test_round_now(candidates, cases, cache, config, group))
+            spent.append(self._test_round_now(candidates, tested, cases, cache, config))
             return {
                 gid: c.last[1].describe() if c.last is not None else "no case to test on"
                 for gid, c in candidates.items()
@@ -448,12 +448,12 @@ class CheckLearner:
     def _test_round_now(
         self,
         candidates: dict[str, _Candidate],
+        tested: dict[str, list[Check]],
         cases: dict[str, Feedback],
         cache: dict[str, dict[str, bool]],
         config: RunnableConfig,
-        group: list[Check] | None = None,
     ) -> Usage:
-        """`_test_round`'s work, inside its traced step."""
+        """`_test_round`'s work, inside its traced step: `tested`, each rule's variants."""
         min_agreement = self.memory.config.options.checks.min_agreement
         sources = {s for c in candidates.values() for s in c.rule.source_ids}
         first = {fid: fb for fid, fb in cases.items() if fid in sources}
@@ -461,7 +461,6 @@ class CheckLearner:
         values = {fid: fb.value for fid, fb in cases.items()}
         first_keys = [k for k, _ in self._keys(first)]
         all_keys = [k for k, _ in self._keys(cases)]
-        tested = {gid: group or c.groups[0] for gid, c in candidates.items()}
         usage = self._ask(
             [(f"{gid}/{j}", v) for gid, vs in tested.items() for j, v in enumerate(vs)],
             first, cache, config,
