@@ -53,6 +53,7 @@ from conftest import INSTRUCTIONS
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from langchain_core.messages import BaseMessage
 from test_robust_atomic import dump
+from test_robust_faults import _invariants as stored_rows_agree
 
 from langchain_memalign import (
     AlignFailedError,
@@ -479,14 +480,9 @@ def _whole(judge: MemAlignJudge) -> dict[str, Any]:
 
 
 def _invariants(judge: MemAlignJudge) -> None:
-    store = judge.memory.store
-    ids = set(store.feedback_ids())
-    assert store.count("episodes") == len(ids) == len(judge.memory.index)
-    for g in judge.guidelines:
-        assert set(g.source_ids) <= ids, (g, ids)
-    assert set(judge.memory.pending_ids()) <= ids
+    stored_rows_agree(judge)
     # What judgments search is the stored vectors, bit for bit.
-    episodes = store.dump().episodes
+    episodes = judge.memory.store.dump().episodes
     stored = (
         np.stack([np.frombuffer(v, dtype=np.float32) for *_, v in episodes]) if episodes else None
     )
