@@ -233,16 +233,6 @@ class ChecksOptions(_Group):
         "question), and a rule none of whose phrasings reaches it keeps no check. Checks "
         "experts wrote are tested and kept whatever their agreement.",
     )  # fmt: skip
-    screen: bool = Field(
-        default=True,
-        description="With mode 'separate': before a written candidate check is tested "
-        "in the form the judge asks it, all written candidates' questions are asked about "
-        "their rules' own cases in one call per case, and only the candidates that "
-        "separate those cases there are tested; the others are dropped untested. The "
-        "rule asked as it is is never screened. Fewer calls while "
-        "aligning; False tests every candidate question by question (docs/decisions.md"
-        "#candidate-checks-screened-in-one-call-per-case).",
-    )
     test_cases: int = Field(
         default=16, ge=0, le=1000,
         description="Most of the experts' cases a check is tested on: its rule's source "

@@ -139,7 +139,6 @@ class RoleResponder:
         self.fail_next_reflections = 0  # fail this many reflections, then succeed
         self.check_word = ""  # set: rules become checks on this word (`write_check`)
         self.roles: list[str] = []
-        self.check_asks: list[str] = []  # the human message of each check question call
         self._lock = threading.Lock()
 
     def __call__(self, messages: list[BaseMessage]) -> Any:
@@ -187,8 +186,6 @@ class RoleResponder:
                 "checks": [self.write_check(i, human) for i in ids if self.write_check(i, human)]
             }
         if role == "ask_check":
-            with self._lock:
-                self.check_asks.append(human)
             return self.answer_check(human)
         if role == "consolidate":
             ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)

@@ -127,7 +127,7 @@ class AlignSteps(BaseCallbackHandler):
         self._active: dict[str, int] = {}  # step -> runs of it in flight
         self._calls: dict[str, int] = {}
         self._started: dict[str, float] = {}
-        self._tests: set[UUID] = set()  # the checks step's tests and screens of candidates
+        self._tests: set[UUID] = set()  # the checks step's tests of candidate checks
         self._stop = threading.Event()
         self._ticker = threading.Thread(
             target=self._tick, args=(interval,), name="memalign-steps", daemon=True
@@ -150,7 +150,7 @@ class AlignSteps(BaseCallbackHandler):
     ) -> None:
         """A step starts when the node's own run starts (not the runs nested in it)."""
         step = self._step(metadata)
-        if step == "checks" and kwargs.get("name") in ("test_check", "screen_checks"):
+        if step == "checks" and kwargs.get("name") == "test_check":
             with self._lock:
                 self._tests.add(run_id)
             return
@@ -168,8 +168,7 @@ class AlignSteps(BaseCallbackHandler):
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """A step ends when the last of its runs (one per reflection batch) ends.
 
-        A candidate check's test ends with a line per rule: how it agreed with the experts
-        (the screen's: how many candidates it dropped).
+        A candidate check's test ends with a line per rule: how it agreed with the experts.
         """
         with self._lock:
             test = run_id in self._tests

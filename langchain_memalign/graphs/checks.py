@@ -155,7 +155,7 @@ class CheckAsker:
         self, questions: list[str], case: dict[str, Any], config: RunnableConfig
     ) -> tuple[dict[str, bool], Usage, dict[str, str]]:
         if self.options.mode == "joint":
-            return self.answer_jointly(questions, case, config)
+            return self._answer_jointly(questions, case, config)
         # One after another: a judgment's concurrency is its batch's, not its questions'.
         return _merged([self._answer_one(q, case, config) for q in questions])
 
@@ -163,7 +163,7 @@ class CheckAsker:
         self, questions: list[str], case: dict[str, Any], config: RunnableConfig
     ) -> tuple[dict[str, bool], Usage, dict[str, str]]:
         if self.options.mode == "joint":
-            return await asyncio.to_thread(self.answer_jointly, questions, case, config)
+            return await asyncio.to_thread(self._answer_jointly, questions, case, config)
         parts = await asyncio.gather(
             *(asyncio.to_thread(self._answer_one, q, case, config) for q in questions)
         )
@@ -180,10 +180,9 @@ class CheckAsker:
             return {}, getattr(e, "usage", None) or Usage(llm_calls=1), {question: str(e)}
         return {question: bool(out.answer)}, usage, {}
 
-    def answer_jointly(
+    def _answer_jointly(
         self, questions: list[str], case: dict[str, Any], config: RunnableConfig
     ) -> tuple[dict[str, bool], Usage, dict[str, str]]:
-        """`questions` about one case in one structured call: answers, cost, failures."""
         msgs = questions_messages(case, questions, self.options.case_max_chars)
         try:
             out, usage = self._joint_caller(len(questions)).invoke(msgs, config)

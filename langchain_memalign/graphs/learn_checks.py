@@ -285,10 +285,6 @@ class CheckLearner:
                 for g in need:
                     fresh[g.id].written = True
                     fresh[g.id].groups += written.get(g.id, [])
-                # The written candidates are screened; the rule asked as it is never is:
-                # it often works, and its paraphrases share its answers for free.
-                new = {g.id: written.get(g.id, []) for g in need}
-                usage = usage + self._screen(new, fresh, cases, config)
                 continue
             c = max(open_, key=lambda o: support[o.rule.id])
             if not c.reused:
@@ -494,91 +490,6 @@ class CheckLearner:
                     best = (v, test)
             c.last = best
         return usage
-
-    def _screen(
-        self,
-        new: dict[str, list[list[Check]]],
-        candidates: dict[str, _Candidate],
-        cases: dict[str, Feedback],
-        config: RunnableConfig,
-    ) -> Usage:
-        """Drop the `new` groups that do not separate their rule's own cases, asked jointly.
-
-        Every question of the new groups is asked about each of their rules' source
-        cases, one call per case for all rules; a group none of whose variants
-        separates its rule's source cases there (`passes`, first stage) is dropped
-        untested and counts as tried. The screen only saves calls: a group it keeps is
-        tested in the judge's form as if unscreened, and a group it could not decide (a
-        failed call) is kept. A step of its own in the align's trace (`screen_checks`).
-        """
-        opts = self.memory.config.options.checks
-        if not (opts.screen and opts.mode == "separate" and cases):
-            return Usage()
-        # Only a rule with two tested source cases can be screened: on one, one of each
-        # group's two polarities always fires, and its first stage always passes.
-        own = {
-            gid: keys
-            for gid, groups in new.items()
-            if groups
-            and len(sources := [s for s in candidates[gid].rule.source_ids if s in cases]) > 1
-            and (keys := self._keys({s: cases[s] for s in sources}))
-        }
-        asked: dict[str, tuple[dict[str, Any], list[str]]] = {}
-        for gid, keys in own.items():
-            questions = [q for group in new[gid] for v in group for q in v.questions()]
-            for key, case in keys:
-                asked.setdefault(key, (case, []))[1].extend(questions)
-        if not asked:
-            return Usage()
-        values = {fid: fb.value for fid, fb in cases.items()}
-        answers: dict[str, dict[str, bool]] = {}
-        spent: list[Usage] = []
-
-        def ask(item: tuple[str, tuple[dict[str, Any], list[str]]]) -> Usage:
-            key, (case, questions) = item
-            got, usage, _ = self.asker.answer_jointly(list(dict.fromkeys(questions)), case, config)
-            answers[key] = got
-            return usage
-
-        def step(_: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-            workers = max(1, min(len(asked), config.get("max_concurrency") or 2))
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                spent.append(Usage.sum(pool.map(ask, asked.items())))
-            return {
-                gid: self._drop_screened(candidates[gid], new[gid], keys, values, answers)
-                for gid, keys in own.items()
-            }
-
-        inputs = {
-            "rules": {gid: candidates[gid].rule.text for gid in own},
-            "cases": len(asked),
-        }
-        RunnableLambda(step, name="screen_checks").invoke(inputs, config)
-        return spent[0]
-
-    def _drop_screened(
-        self,
-        c: _Candidate,
-        groups: list[list[Check]],
-        keys: list[tuple[str, dict[str, Any]]],
-        values: dict[str, Any],
-        answers: dict[str, dict[str, bool]],
-    ) -> str:
-        """`_screen`'s verdict on one rule's new groups; what it did, for the trace."""
-        min_agreement = self.memory.config.options.checks.min_agreement
-        names = [k for k, _ in keys]
-        dropped = 0
-        for group in groups:
-            if any(v.fires(answers.get(k, {})) is None for v in group for k in names):
-                continue  # undecided: tested as if unscreened
-            tests = [(v, self._score(c, v, names, values, answers)) for v in group]
-            if any(passes(t, min_agreement, silent_somewhere=False) for _, t in tests):
-                continue
-            c.groups = [g for g in c.groups if g is not group]
-            c.tried += 1
-            c.last = max(tests, key=lambda vt: (vt[1].agreement, vt[1].caught))
-            dropped += 1
-        return f"screened: {dropped} of {len(groups)} candidate(s) dropped untested"
 
     def _keys(self, cases: dict[str, Feedback]) -> list[tuple[str, dict[str, Any]]]:
         """Each case as the judge asks about it: a pairwise case's outputs one by one."""

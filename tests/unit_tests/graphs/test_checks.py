@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from conftest import fb
-from fakes import RoleResponder, ScriptedChatModel
+from fakes import RoleResponder
 
 from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
 from langchain_memalign.graphs.learn_checks import default_consequence, passes, score_test
@@ -262,77 +262,6 @@ def test_joint_mode_asks_every_question_of_a_case_in_one_call(
     assert roles(responder, "ask_check") == asked + 1
 
 
-def _alone(responder: RoleResponder) -> list[str]:
-    """The check question calls that asked one question (the judge's form)."""
-    return [h for h in responder.check_asks if "Answer each question" not in h]
-
-
-def test_the_screen_drops_candidates_that_fail_when_asked_jointly_untested(
-    make_judge: Any, responder: RoleResponder
-) -> None:
-    # A word no reply has: every question gets one answer on every case, so no
-    # candidate separates a failed case from a passed one.
-    responder.check_word = "zzz"
-    # Contrast pairs: each rule is learned from cases of both verdicts.
-    pairs = {"reflection": {"mode": "pairs"}}
-    judge = make_judge(options={"checks": ON, **pairs})
-    report = judge.align(TRAIN)
-    assert all(r.check is None for r in judge.rules.list())
-    assert report.checks and {c.action for c in report.checks} == {"dropped"}
-    # The written candidates fell at the screen, one call per source case: none was asked
-    # alone. The rule asked as it is is never screened.
-    assert any("Answer each question" in h for h in responder.check_asks)
-    assert not any("'zzz'" in h for h in _alone(responder))
-    assert any("follow this rule" in h for h in _alone(responder))
-
-    unscreened = RoleResponder(passes_all)
-    unscreened.check_word = "zzz"
-    judge = make_judge(
-        model=ScriptedChatModel(responder=unscreened),
-        options={"checks": {**ON, "screen": False}, **pairs},
-    )
-    plain = judge.align(TRAIN)
-    # The same candidates dropped after as many tries, with the same record.
-    assert sorted((c.action, c.tried, c.agreement) for c in plain.checks) == sorted(
-        (c.action, c.tried, c.agreement) for c in report.checks
-    )
-    assert _alone(unscreened) == unscreened.check_asks
-    assert any("'zzz'" in h for h in _alone(unscreened))
-    assert plain.usage.llm_calls > report.usage.llm_calls
-
-
-@pytest.mark.parametrize("joint_fails", [False, True])
-def test_a_screened_check_is_kept_for_its_test_in_the_judges_form(
-    make_judge: Any, responder: RoleResponder, joint_fails: bool
-) -> None:
-    if joint_fails:  # the screen cannot decide: every group is tested as if unscreened
-        answer = responder.answer_check
-
-        def no_joint(human: str) -> Any:
-            return "not json" if "Answer each question" in human else answer(human)
-
-        responder.answer_check = no_joint  # type: ignore[method-assign]
-    judge = make_judge(options={"checks": ON})
-    judge.align(TRAIN)
-    screened = [(r.text, r.check) for r in judge.rules.list() if r.check is not None]
-
-    unscreened = RoleResponder(passes_all)
-    unscreened.check_word = "sorry"
-    other = make_judge(
-        model=ScriptedChatModel(responder=unscreened),
-        options={"checks": {**ON, "screen": False}},
-    )
-    other.align(TRAIN)
-    alone = [(r.text, r.check) for r in other.rules.list() if r.check is not None]
-    assert screened and sorted(
-        (t, c.describe(), c.test.describe(), c.covered_by is None) for t, c in screened
-    ) == sorted((t, c.describe(), c.test.describe(), c.covered_by is None) for t, c in alone)
-    # The kept check's record holds the answers given in the judge's form only.
-    joint = {q for _, c in screened for got in c.test.answers.values() for q in got}
-    assert joint <= {q for _, c in screened for q in c.questions()}
-    assert judge.invoke(NEW_COLD)["score"] is False
-
-
 def test_unalign_retests_without_asking_and_drops_checks_of_removed_rules(
     make_judge: Any, responder: RoleResponder
 ) -> None:
@@ -462,8 +391,7 @@ def test_each_candidate_test_is_a_step_of_the_align_trace(
     from langsmith_server import LangSmithTestServer
 
     monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-    # Contrast pairs: rules with two source cases, which the screen asks about first.
-    judge = make_judge(options={"checks": ON, "reflection": {"mode": "pairs"}})
+    judge = make_judge(options={"checks": ON})
     with LangSmithTestServer() as server:
         client = Client(api_url=server.url, api_key="test")
         tracer = LangChainTracer(client=client, project_name="aligning")
@@ -475,11 +403,6 @@ def test_each_candidate_test_is_a_step_of_the_align_trace(
     by_id = {r["id"]: r for r in runs}
     steps = [r for r in runs if r["name"] == "test_check"]
     assert steps and all(by_id[s["parent_run_id"]]["name"] == "checks" for s in steps)
-    # The screen is a step of its own: the rules it screened and what it dropped.
-    screens = [r for r in runs if r["name"] == "screen_checks"]
-    assert screens and all(by_id[s["parent_run_id"]]["name"] == "checks" for s in screens)
-    assert all(set(s["outputs"]) == set(s["inputs"]["rules"]) for s in screens)
-    assert all(out.startswith("screened: ") for s in screens for out in s["outputs"].values())
     kept = next(c for c in report.checks if c.action in ("written", "rephrased"))
     # Each step shows the rules and questions it tested, and how they agreed.
     assert any(
