@@ -26,11 +26,11 @@ from langchain_memalign.graphs.provenance import echoes_prompt
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Proposal
 from langchain_memalign.prompting.budget import fit_reflection
+from langchain_memalign.prompting.handles import feedback_handles, guideline_handles
 from langchain_memalign.prompting.prompts import (
     FEEDBACK_IS_MATERIAL,
     PAIR_SYSTEM,
     SINGLE_SYSTEM,
-    data_text,
     pair_messages,
     reflect_messages,
 )
@@ -127,11 +127,12 @@ class ReflectStep:
             cfg.instructions, cfg.scale, batch, existing, max_chars, contrast=contrast,
         )  # fmt: skip
         citable = ids + [fb.id for fb in contrast]
-        # The model cites the ids as the prompt shows them (quoted: `data_text`); the
-        # same for ordinary ids.
-        as_shown = {data_text(i, closes='"'): i for i in citable}
+        # The prompt names feedback and guidelines by handles, never by id; the model
+        # cites handles (the schema allows no other) and they are mapped back here.
+        shown = feedback_handles([*batch, *contrast])
+        existing_shown = guideline_handles(existing)
         reflector = StructuredCaller(
-            self.reflection_model, reflection_schema(list(as_shown)), what="reflection",
+            self.reflection_model, reflection_schema(shown.names), what="reflection",
             retries=cfg.options.max_retries,
         )  # fmt: skip
         try:
@@ -140,10 +141,12 @@ class ReflectStep:
             return _reflection_failed(ids, e)
         proposals = []
         for p in out.guidelines:
-            sources = [as_shown[s] for s in dict.fromkeys(p.source_ids) if s in as_shown]
+            cited = (shown.resolve(s) for s in dict.fromkeys(p.source_ids))
+            sources = [s for s in cited if s is not None]
+            existing_id = existing_shown.resolve(p.existing_id) or ""
             # A guideline citing no known feedback is checked against the whole batch:
             # `merge` keeps only the sources whose rationale supports it.
-            proposals.append(Proposal(p.text, sources or citable, p.existing_id))
+            proposals.append(Proposal(p.text, sources or citable, existing_id))
         result = ReflectionResult(ids, proposals, shown_ids=citable)
         return {"reflections": [result], "usages": [usage]}
 

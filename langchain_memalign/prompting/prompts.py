@@ -14,6 +14,7 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.injection import normalize as read_as_model
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.handles import Handles, feedback_handles, guideline_handles
 from langchain_memalign.scale import Scale
 
 _PLACEHOLDER = re.compile(
@@ -174,7 +175,8 @@ def data_text(value: Any, *, closes: str = "") -> str:
     """Text others wrote, as data: our own delimiters inside it are defused.
 
     Every prompt quotes what it did not write this way: the graded case, and what users
-    and experts wrote (rationales, feedback ids, guidelines, past cases). A graded answer
+    and experts wrote (rationales, guidelines, past cases; ids are never shown, a prompt
+    names what it shows by handles, `prompting.handles`). A graded answer
     or a rationale that writes `</case>`, `</feedback>` or `<memory>` (or a fullwidth,
     spaced or zero-width-split form of one) cannot end its block or pose as the experts'
     memory; the text stays readable (`<\u200b/case>`). `closes`: the characters that end
@@ -425,15 +427,21 @@ def _task(instructions: str) -> str:
     return truncate(_PLACEHOLDER.sub("", instructions).strip(), 600)
 
 
-def _feedback_block(fb: Feedback, max_chars: int) -> str:
+def _feedback_block(fb: Feedback, max_chars: int, handles: Handles) -> str:
     ep = Episode(
         feedback_id=fb.id, inputs=fb.inputs, outputs=fb.outputs,
         reference_outputs=fb.reference_outputs, value=fb.value, rationale=fb.rationale,
     )  # fmt: skip
     # Reflection is about the rationale: lead with it, so a small model reads it first.
     block = _episode_block(ep, max_chars, verdict_first=True)
-    fid = data_text(fb.id, closes='"')
-    return f'<feedback id="{fid}">\n{block}\n</feedback>'
+    # The handle, never the id: an id is the caller's text (`prompting.handles`).
+    return f'<feedback id="{handles.of(fb.id)}">\n{block}\n</feedback>'
+
+
+def _feedback_blocks(items: Sequence[Feedback], max_chars: int) -> str:
+    """Feedback blocks named `F1`, `F2`, ... in order (`feedback_handles(items)`)."""
+    handles = feedback_handles(items)
+    return "\n".join(_feedback_block(fb, max_chars, handles) for fb in items)
 
 
 def reflect_messages(
@@ -450,6 +458,8 @@ def reflect_messages(
 
     `contrast` holds already-learned cases with other scores near the batch: seeing what
     the experts graded differently is what lets the model state when a rule applies.
+    The feedback is named by `feedback_handles([*batch, *contrast])`, the existing
+    guidelines by `guideline_handles(existing)`.
     """
     system = REFLECT_SYSTEM.format(
         task=_task(instructions), scale=scale.describe(), max_new=max_new,
@@ -458,17 +468,19 @@ def reflect_messages(
     parts = []
     if existing:
         parts.append("Existing guidelines:\n" + _listed(existing))
-    items = [*batch, *contrast]
-    parts.append("Expert feedback:\n" + "\n".join(_feedback_block(fb, max_chars) for fb in items))
+    parts.append("Expert feedback:\n" + _feedback_blocks([*batch, *contrast], max_chars))
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(parts))]
 
 
 def pair_messages(
     instructions: str, scale: Scale, group: Sequence[Feedback], max_chars: int
 ) -> list[BaseMessage]:
-    """Ask for the one rule behind a contrast pair, or behind one case with no partner."""
+    """Ask for the one rule behind a contrast pair, or behind one case with no partner.
+
+    The cases are named by `feedback_handles(group)`.
+    """
     system = PAIR_SYSTEM if len(group) > 1 else SINGLE_SYSTEM
-    body = "\n".join(_feedback_block(fb, max_chars) for fb in group)
+    body = _feedback_blocks(group, max_chars)
     return [
         SystemMessage(
             content=system.format(
@@ -487,15 +499,19 @@ def narrow_messages(
     broken: Sequence[Feedback],
     max_chars: int,
 ) -> list[BaseMessage]:
-    """Ask the model to narrow a guideline that broke seen verdicts."""
+    """Ask the model to narrow a guideline that broke seen verdicts.
+
+    The cases are named by `feedback_handles([*supporting, *broken])`.
+    """
     system = NARROW_SYSTEM.format(
         task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL
     )
+    handles = feedback_handles([*supporting, *broken])
     body = (
         f"Guideline: {data_text(guideline.text)}\n\nCases that support it:\n"
-        + "\n".join(_feedback_block(fb, max_chars) for fb in supporting)
+        + "\n".join(_feedback_block(fb, max_chars, handles) for fb in supporting)
         + "\n\nCases it made the judge grade wrongly (the expert score is right):\n"
-        + "\n".join(_feedback_block(fb, max_chars) for fb in broken)
+        + "\n".join(_feedback_block(fb, max_chars, handles) for fb in broken)
     )
     return [SystemMessage(content=system), HumanMessage(content=body)]
 
@@ -505,8 +521,8 @@ def rederive_messages(
 ) -> list[BaseMessage]:
     """Ask the model to restate a guideline from its remaining sources only."""
     system = REDERIVE_SYSTEM.format(task=_task(instructions), material=FEEDBACK_IS_MATERIAL)
-    body = f"Guideline: {data_text(guideline.text)}\n\nRemaining feedback:\n" + "\n".join(
-        _feedback_block(fb, max_chars) for fb in remaining
+    body = f"Guideline: {data_text(guideline.text)}\n\nRemaining feedback:\n" + _feedback_blocks(
+        remaining, max_chars
     )
     return [SystemMessage(content=system), HumanMessage(content=body)]
 
@@ -514,7 +530,7 @@ def rederive_messages(
 def consolidate_messages(
     instructions: str, guidelines: Sequence[Guideline], max_words: int
 ) -> list[BaseMessage]:
-    """Ask the model to merge overlapping guidelines."""
+    """Ask the model to merge overlapping guidelines, named by `guideline_handles(guidelines)`."""
     system = CONSOLIDATE_SYSTEM.format(
         task=_task(instructions), max_words=max_words, material=GUIDELINES_ARE_MATERIAL
     )
@@ -523,5 +539,6 @@ def consolidate_messages(
 
 
 def _listed(guidelines: Sequence[Guideline]) -> str:
-    """Guidelines as `[id] text` lines, both quoted (`data_text`)."""
-    return "\n".join(f"[{data_text(g.id, closes=']')}] {data_text(g.text)}" for g in guidelines)
+    """Guidelines as `[G1] text` lines: the handle (`guideline_handles`), the text quoted."""
+    handles = guideline_handles(guidelines)
+    return "\n".join(f"[{handles.of(g.id)}] {data_text(g.text)}" for g in guidelines)
