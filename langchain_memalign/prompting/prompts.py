@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_memalign._text import fair_shares, render, render_within, truncate
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs import direction
 from langchain_memalign.graphs.injection import normalize as read_as_model
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
@@ -83,8 +84,8 @@ Below, experts graded cases and explained why. Find the general rules their reas
 - Merge rules that say the same thing into one.
 - If an existing guideline already says it, return that guideline's text with its id in "existing_id".
 - "source_ids": only the ids of the feedback whose reason states or follows the rule.
-- At most {max_new} guidelines; none if the reasons state no rule.
-Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["<feedback id>"], "existing_id": ""}}]}}"""
+{direction}- At most {max_new} guidelines; none if the reasons state no rule.
+Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["<feedback id>"], "existing_id": ""{direction_field}}}]}}"""
 
 # One rule from one pair (`graphs.pairs`): the difference between two similar cases the
 # experts graded otherwise, in general words.
@@ -93,14 +94,14 @@ The judge's task: {task}
 {scale}
 The experts graded the two cases below differently, and said why. What rule explains the difference: what did one output do, or fail to do, that the experts require? State it as one general sentence that says in which kind of situation an output must or must not do what, so that it applies to other cases too. Leave out the details of these two cases (names, numbers, products). If the reasons state no rule, answer with an empty rule.
 {material}
-Answer with JSON: {{"rule": "..."}}"""
+{declare}Answer with JSON: {{"rule": "..."{fields}}}"""
 
 SINGLE_SYSTEM = """You help an LLM judge learn the unwritten grading rules of a team of experts.
 The judge's task: {task}
 {scale}
 An expert graded the case below and said why. What rule does the reason apply? State it as one general sentence that says in which kind of situation an output must or must not do what, so that it applies to other cases too. Leave out the details of this case (names, numbers, products). If the reason states no rule, answer with an empty rule.
 {material}
-Answer with JSON: {{"rule": "..."}}"""
+{declare}Answer with JSON: {{"rule": "..."{fields}}}"""
 
 REDERIVE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
@@ -461,9 +462,12 @@ def reflect_messages(
     The feedback is named by `feedback_handles([*batch, *contrast])`, the existing
     guidelines by `guideline_handles(existing)`.
     """
+    declared = direction.describe(scale)
     system = REFLECT_SYSTEM.format(
         task=_task(instructions), scale=scale.describe(), max_new=max_new,
         material=FEEDBACK_IS_MATERIAL,
+        direction=f'- "direction": {declared}.\n' if declared else "",
+        direction_field=', "direction": "..."' if declared else "",
     )  # fmt: skip
     parts = []
     if existing:
@@ -479,16 +483,23 @@ def pair_messages(
 
     The cases are named by `feedback_handles(group)`.
     """
-    system = PAIR_SYSTEM if len(group) > 1 else SINGLE_SYSTEM
+    pair = len(group) > 1
+    system = PAIR_SYSTEM if pair else SINGLE_SYSTEM
     body = _feedback_blocks(group, max_chars)
-    return [
-        SystemMessage(
-            content=system.format(
-                task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL
-            )
-        ),
-        HumanMessage(content=body),
-    ]
+    # What the answer declares (`schemas.rule_schema`): of a pair, the cases whose reason
+    # states the rule; on a scale with directions, which way the rule moves verdicts.
+    declare, fields = "", ""
+    if pair:
+        declare += '"source_ids": the ids of the cases whose reason states or follows the rule.\n'
+        fields += ', "source_ids": ["<feedback id>"]'
+    if declared := direction.describe(scale):
+        declare += f'"direction": {declared}.\n'
+        fields += ', "direction": "..."'
+    content = system.format(
+        task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL,
+        declare=declare, fields=fields,
+    )  # fmt: skip
+    return [SystemMessage(content=content), HumanMessage(content=body)]
 
 
 def narrow_messages(
