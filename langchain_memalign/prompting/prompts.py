@@ -107,14 +107,14 @@ REDERIVE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
 A guideline was learned from several feedback items and some of them have been withdrawn. Restate the guideline using only what the remaining feedback below supports: keep it as it is if a remaining rationale states or implies it, narrow it if they support only part. Answer with an empty text only if no remaining rationale supports any part of it.
 {material}
-Answer with JSON: {{"text": "..."}}"""
+{declare}Answer with JSON: {{"text": "..."{fields}}}"""
 
 NARROW_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
 {scale}
 The guideline below made the judge grade some cases differently from the experts. Narrow its condition so that it no longer applies to those cases but still covers the cases that support it. Keep the form "When <condition>, <rule>." Answer with an empty text if no narrower rule fits.
 {material}
-Answer with JSON: {{"text": "..."}}"""
+{declare}Answer with JSON: {{"text": "..."{fields}}}"""
 
 CONSOLIDATE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
@@ -476,6 +476,22 @@ def reflect_messages(
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(parts))]
 
 
+def _declared(scale: Scale | None, *, cited: bool = False) -> tuple[str, str]:
+    """What an answer declares besides its rule: the lines that say so, and its JSON fields.
+
+    `cited`: which of the cases shown state the rule (`schemas.rule_schema` of a pair);
+    on a scale with directions, which way the rule moves verdicts (`graphs.direction`).
+    """
+    declare, fields = "", ""
+    if cited:
+        declare += '"source_ids": the ids of the cases whose reason states or follows the rule.\n'
+        fields += ', "source_ids": ["<feedback id>"]'
+    if scale is not None and (declared := direction.describe(scale)):
+        declare += f'"direction": {declared}.\n'
+        fields += ', "direction": "..."'
+    return declare, fields
+
+
 def pair_messages(
     instructions: str, scale: Scale, group: Sequence[Feedback], max_chars: int
 ) -> list[BaseMessage]:
@@ -486,15 +502,7 @@ def pair_messages(
     pair = len(group) > 1
     system = PAIR_SYSTEM if pair else SINGLE_SYSTEM
     body = _feedback_blocks(group, max_chars)
-    # What the answer declares (`schemas.rule_schema`): of a pair, the cases whose reason
-    # states the rule; on a scale with directions, which way the rule moves verdicts.
-    declare, fields = "", ""
-    if pair:
-        declare += '"source_ids": the ids of the cases whose reason states or follows the rule.\n'
-        fields += ', "source_ids": ["<feedback id>"]'
-    if declared := direction.describe(scale):
-        declare += f'"direction": {declared}.\n'
-        fields += ', "direction": "..."'
+    declare, fields = _declared(scale, cited=pair)
     content = system.format(
         task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL,
         declare=declare, fields=fields,
@@ -514,9 +522,11 @@ def narrow_messages(
 
     The cases are named by `feedback_handles([*supporting, *broken])`.
     """
+    declare, fields = _declared(scale)
     system = NARROW_SYSTEM.format(
-        task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL
-    )
+        task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL,
+        declare=declare, fields=fields,
+    )  # fmt: skip
     handles = feedback_handles([*supporting, *broken])
     body = (
         f"Guideline: {data_text(guideline.text)}\n\nCases that support it:\n"
@@ -528,10 +538,22 @@ def narrow_messages(
 
 
 def rederive_messages(
-    instructions: str, guideline: Guideline, remaining: Sequence[Feedback], max_chars: int
+    instructions: str,
+    guideline: Guideline,
+    remaining: Sequence[Feedback],
+    max_chars: int,
+    *,
+    scale: Scale | None = None,
 ) -> list[BaseMessage]:
-    """Ask the model to restate a guideline from its remaining sources only."""
-    system = REDERIVE_SYSTEM.format(task=_task(instructions), material=FEEDBACK_IS_MATERIAL)
+    """Ask the model to restate a guideline from its remaining sources only.
+
+    With `scale`, the answer also declares which way the restatement moves verdicts
+    (`graphs.direction`), as `schemas.with_direction(Rederived, scale)` reads it.
+    """
+    declare, fields = _declared(scale)
+    system = REDERIVE_SYSTEM.format(
+        task=_task(instructions), material=FEEDBACK_IS_MATERIAL, declare=declare, fields=fields
+    )
     body = f"Guideline: {data_text(guideline.text)}\n\nRemaining feedback:\n" + _feedback_blocks(
         remaining, max_chars
     )

@@ -7,7 +7,7 @@ so a small model cannot ramble past them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -45,11 +45,16 @@ def _offer_declared(schema: dict[str, Any]) -> None:
             required.append(name)
 
 
-class _Declares(BaseModel):
+class Declares(BaseModel):
+    """An answer that declares what its rule does (`direction`, `source_ids`), if asked.
+
+    The schema offers those fields as required; a reply without them is read with none.
+    """
+
     model_config = ConfigDict(json_schema_extra=_offer_declared)
 
 
-class ProposedGuideline(_Declares):
+class ProposedGuideline(Declares):
     """A guideline distilled from feedback."""
 
     text: GuidelineText = Field(description="One short, general, imperative grading rule.")
@@ -99,7 +104,7 @@ def reflection_schema(batch_ids: Sequence[str], scale: Scale | None = None) -> t
     )
 
 
-class Rule(_Declares):
+class Rule(Declares):
     """The one rule behind a contrast pair; empty if the reasons state none."""
 
     rule: GuidelineText = Field(description="One general grading rule, or an empty string.")
@@ -120,10 +125,24 @@ def rule_schema(case_ids: Sequence[str], scale: Scale) -> type[Rule]:
     return create_model("Rule", __base__=Rule, __doc__=Rule.__doc__, **fields)
 
 
-class Rederived(BaseModel):
+class Rederived(Declares):
     """A guideline restated from its remaining sources; empty if none support it."""
 
     text: GuidelineText
+
+
+M = TypeVar("M", bound="Declares")
+
+
+def with_direction(schema: type[M], scale: Scale) -> type[M]:
+    """`schema` with the `direction` its answer declares on `scale` (`graphs.direction`).
+
+    The schema itself where the scale has no directions (pairwise).
+    """
+    field = _direction_field(scale)
+    if not field:
+        return schema
+    return create_model(schema.__name__, __base__=schema, __doc__=schema.__doc__, **field)
 
 
 class MergedGuideline(BaseModel):
