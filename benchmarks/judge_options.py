@@ -2,13 +2,14 @@
 
 Opens a memory that `quality.py` aligned and saved (`--out-dir/work/<dataset>/seed<S>/
 <system>/stage<N>`), and judges the same test set and seen cases again under each variant
-of the options that act at judgment time only (`k`, `min_episode_similarity`,
-`judge_prompt`), with expert-verdict reuse off. Every variant sees the same guidelines and
-episodes, so differences come from the option alone; the `base` variant (no override)
-repeats the original judgment and measures run-to-run noise against it.
+of the options that act at judgment time only (`k`, `retrieval.min_similarity`,
+`prompt.layout`, named by their dotted place), with expert-verdict reuse off. Every
+variant sees the same guidelines and episodes, so differences come from the option alone;
+the `base` variant (no override) repeats the original judgment and measures run-to-run
+noise against it.
 
     python benchmarks/judge_options.py benchmarks/results/quality/quality_feedbackqa.json \
-        --system ours --stage 10 --variants "base:;k0:k=0;sim60:min_episode_similarity=0.6" \
+        --system ours --stage 10 --variants "base:;k0:k=0;sim60:retrieval.min_similarity=0.6" \
         --out benchmarks/results/quality/judge_options_feedbackqa.json
 """
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(memory, scratch)
             judge = MemAlignJudge.load(
                 scratch, judge_llm, emb,
-                **judge_kwargs({"reuse_expert_verdicts": False}, overrides),
+                **judge_kwargs({"retrieval.reuse_expert_verdicts": False}, overrides),
             )  # fmt: skip
             started = time.perf_counter()
             kw = {"scale": spec.scale, "ordinal": spec.ordinal,

@@ -18,14 +18,14 @@ Per data set and seed, on the same chat and embedding servers:
      fit is recorded);
    - `ours`: `MemAlignJudge` with default options;
    - `ours_no_<mechanism>` for each of --ablations, a separate judge aligned from scratch
-     on the same feedback with one mechanism off: validate (validate_guidelines="off"),
-     provenance (source_support=None), contrast (reflect_contrast=0), checklist
-     (judge_prompt="plain"), pairwise_separate (pairwise_mode="both_orders"),
-     pairwise_orders (pairwise_mode="one_order"; the two pairwise ones on pairwise scales
-     only, and also judged at stage 0 since they change the unaligned judge too),
-     score_first (verdict_order="rationale_first": the rationale before the score; judged
-     at stage 0 too, and on every data set, rationales or not), reasoned_floor
-     (min_episode_similarity_with_rationale=0.9: a bool judge shows past cases with a
+     on the same feedback with one mechanism off: validate (validation.mode="off"),
+     provenance (reflection.source_support=None), contrast (reflection.contrast=0), turns
+     (prompt.layout="plain"), pairwise_separate (prompt.pairwise_mode="both_orders"),
+     pairwise_orders (prompt.pairwise_mode="one_order"; the two pairwise ones on pairwise
+     scales only, and also judged at stage 0 since they change the unaligned judge too),
+     score_first (prompt.verdict_order="rationale_first": the rationale before the score;
+     judged at stage 0 too, and on every data set, rationales or not), reasoned_floor
+     (retrieval.min_similarity_with_rationale=0.9: a bool judge shows past cases with a
      rationale only when they are near duplicates; bool scales only);
    - with --mlflow, MLflow 3.18's MemAlign (`mlflow`, stage 0 = MLflow's unaligned
      `make_judge`) through `mlflow_baseline/run_mlflow_memalign.py --stages` in the MLflow
@@ -103,16 +103,16 @@ from langchain_memalign.reports import Usage
 ROOT = Path(__file__).resolve().parents[1]
 MLFLOW_DIR = ROOT / "benchmarks" / "mlflow_baseline"
 ABLATIONS: dict[str, dict[str, Any]] = {
-    "validate": {"validate_guidelines": "off"},
-    "provenance": {"source_support": None},
-    "contrast": {"reflect_contrast": 0},
-    "turns": {"judge_prompt": "plain"},
-    "pairwise_separate": {"pairwise_mode": "both_orders"},
-    "pairwise_orders": {"pairwise_mode": "one_order"},
-    "score_first": {"verdict_order": "rationale_first"},
+    "validate": {"validation.mode": "off"},
+    "provenance": {"reflection.source_support": None},
+    "contrast": {"reflection.contrast": 0},
+    "turns": {"prompt.layout": "plain"},
+    "pairwise_separate": {"prompt.pairwise_mode": "both_orders"},
+    "pairwise_orders": {"prompt.pairwise_mode": "one_order"},
+    "score_first": {"prompt.verdict_order": "rationale_first"},
     # Past cases with a rationale shown only when near duplicates, as before the eighth
     # session made a bool judge show its k nearest (config.default_floor).
-    "reasoned_floor": {"min_episode_similarity_with_rationale": 0.9},
+    "reasoned_floor": {"retrieval.min_similarity_with_rationale": 0.9},
 }
 # Pairwise ablations exist only for pairwise scales, and change how an empty-memory judge
 # judges (so they are measured at stage 0 too).
@@ -382,9 +382,10 @@ class Bench:
     def options(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         a = self.args
         return {
-            "k": a.k, "episode_max_chars": a.episode_max_chars,
-            "embed_max_chars": a.embed_max_chars, "reflect_batch_size": a.reflect_batch_size,
-            "reuse_expert_verdicts": False, **a.judge_options, **(extra or {}),
+            "k": a.k, "retrieval.episode_max_chars": a.episode_max_chars,
+            "retrieval.embed_max_chars": a.embed_max_chars,
+            "reflection.batch_size": a.reflect_batch_size,
+            "retrieval.reuse_expert_verdicts": False, **a.judge_options, **(extra or {}),
         }  # fmt: skip
 
     def new_judge(self, spec: DatasetSpec, extra: dict[str, Any]) -> MemAlignJudge:
@@ -880,7 +881,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--judge-option", action="append", default=[], metavar="NAME=VALUE",
         help="an option for every MemAlignJudge of the run (unaligned, ours and its "
-        "ablations), e.g. pairwise_mode=separate (a JSON value, or else text); repeatable; "
+        "ablations) by its dotted place, e.g. prompt.pairwise_mode=separate (a JSON value, "
+        "or else text); repeatable; "
         "use with --tag",
     )  # fmt: skip
     ap.add_argument(

@@ -247,7 +247,9 @@ class Bench:
         return MemAlignJudge(
             name=d.name, instructions=d.criterion, model=self.judge_llm, embeddings=self.emb,
             scale=bool, reflection_model=self.reflect_llm,
-            **judge_kwargs({"reuse_expert_verdicts": False}, self.args.judge_options, options),
+            **judge_kwargs(
+                {"retrieval.reuse_expert_verdicts": False}, self.args.judge_options, options
+            ),
         )  # fmt: skip
 
     def judge_all(self, judge: Any, d: Domain, seen: bool) -> dict[str, Any]:

@@ -90,7 +90,9 @@ def make_judge(args: argparse.Namespace) -> tuple[MemAlignJudge, ChatOpenAI]:
         model=llm,
         embeddings=emb,
         scale=bool,
-        **judge_kwargs({"k": args.k, "reuse_expert_verdicts": False}, judge_options(args)),
+        **judge_kwargs(
+            {"k": args.k, "retrieval.reuse_expert_verdicts": False}, judge_options(args)
+        ),
     )
     return judge, llm
 
@@ -173,7 +175,12 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", type=Path)
     p.add_argument("--instructions", default=None)
     p.add_argument("--k", type=int, default=3)
-    p.add_argument("--options", default="", help="JSON of further MemAlignJudge options")
+    p.add_argument(
+        "--options",
+        default="",
+        help="JSON of further MemAlignJudge options, nested or dotted "
+        "('{\"validation.require_fix\": true}')",
+    )
     p.add_argument("--chat-url", default="http://127.0.0.1:8013/v1")
     p.add_argument("--emb-url", default="http://127.0.0.1:8012/v1")
     p.add_argument("--chat-model", default="local")
@@ -225,7 +232,7 @@ def save(
         r.get("unalign", {}).get("test_after", {}).get("correct") for r in runs
     ]
     summary["align_llm_calls"] = [r["align"]["usage"]["llm_calls"] for r in runs]
-    require_fix = bool(option_value(judge_options(args), "validate_require_fix", False))
+    require_fix = bool(option_value(judge_options(args), "validation.require_fix", False))
     summary["validation"] = [
         [validation_of(c, require_fix) for c in r["align"]["validation"]] for r in runs
     ]

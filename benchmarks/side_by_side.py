@@ -306,8 +306,9 @@ def run_dataset(
         "align": {},
     }
     options = {
-        "k": args.k, "episode_max_chars": args.episode_max_chars,
-        "embed_max_chars": args.embed_max_chars, "reflect_batch_size": args.reflect_batch_size,
+        "k": args.k, "retrieval.episode_max_chars": args.episode_max_chars,
+        "retrieval.embed_max_chars": args.embed_max_chars,
+        "reflection.batch_size": args.reflect_batch_size,
     }  # fmt: skip
     folder = workdir / name
     judge = MemAlignJudge(

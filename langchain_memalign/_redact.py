@@ -31,7 +31,15 @@ import threading
 from collections.abc import Iterator
 from urllib.parse import unquote
 
-__all__ = ["MASK", "mask_location", "redact", "redact_logs", "secrets_of", "split_uri"]
+__all__ = [
+    "MASK",
+    "mask_location",
+    "redact",
+    "redact_logs",
+    "scrub_exception",
+    "secrets_of",
+    "split_uri",
+]
 
 MASK = "***"
 
@@ -245,6 +253,58 @@ def _scrub(text: str, secrets: list[str]) -> str:
     return text
 
 
+# -- exception objects ----------------------------------------------------------------------
+
+# Attributes through which a driver's exception keeps the connection it failed to open:
+# psycopg's `Error.pgconn` (stored as `_pgconn`) holds libpq's connection options, the
+# password among them, in its attributes and its repr.
+_CONNECTION_ATTRIBUTES = ("_pgconn",)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and every exception reachable from it by `__cause__` and `__context__`."""
+    seen: list[BaseException] = []
+    todo = [error]
+    while todo and len(seen) < 64:  # a chain, not a cycle
+        e = todo.pop()
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
+    return seen
+
+
+def scrub_exception(error: BaseException, *sources: str) -> bool:
+    """Take the credentials of `sources` out of `error` and all it chains to, in place.
+
+    An exception is more than its message: code (an error tracker, a debugger, a
+    log handler that keeps a record's arguments) reads its attributes and every
+    exception of its chain (`__cause__`, and `__context__`, which Python sets on
+    any error raised while another is handled, `from None` or not). So each
+    exception of the chain loses the failed connection a driver keeps on it
+    (`_CONNECTION_ATTRIBUTES`), and its string arguments are redacted.
+
+    Returns whether the chain is clean now: False if an exception still shows a
+    credential (one whose `str` is not made from its arguments), so that the
+    caller does not chain it.
+    """
+    clean = True
+    for e in _chain(error):
+        for name in _CONNECTION_ATTRIBUTES:
+            if getattr(e, name, None) is not None:
+                try:
+                    setattr(e, name, None)
+                except AttributeError:  # a read-only attribute: keep the chain out
+                    clean = False
+        args = tuple(redact(a, *sources) if isinstance(a, str) else a for a in e.args)
+        if args != e.args:
+            e.args = args
+        text = f"{e}{e.args!r}"
+        if redact(text, *sources) != text:
+            clean = False
+    return clean
+
+
 # -- log records of the database driver ---------------------------------------------------
 
 _lock = threading.Lock()
@@ -260,12 +320,23 @@ class _RedactingFilter(logging.Filter):
             sources = tuple(_sources)
         message = record.getMessage()
         clean = redact(message, *sources)
-        if clean != message:
+        errors = [a for a in _args(record.args) if isinstance(a, BaseException)]
+        for error in [*errors, *(record.exc_info or ())[1:2]]:
+            if isinstance(error, BaseException):
+                scrub_exception(error, *sources)
+        # An exception among the arguments goes as the text it was formatted to: a
+        # handler that keeps the arguments (structured logging) never holds the object.
+        if clean != message or errors:
             record.msg, record.args = clean, None
         if record.exc_info and not record.exc_text:
             # Formatted now, redacted, and cached where handlers look for it.
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info), *sources)
         return True
+
+
+def _args(args: object) -> tuple[object, ...]:
+    """A log record's arguments as a tuple (a single mapping is one argument)."""
+    return args if isinstance(args, tuple) else () if args is None else (args,)
 
 
 def redact_logs(logger_names: tuple[str, ...], source: str) -> None:

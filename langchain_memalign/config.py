@@ -7,10 +7,10 @@ past cases a judgment shows), `reflection` (how guidelines are distilled), `vali
 questions about each case). `JudgeConfig` is what a memory stores: the
 judge's name, instructions, scale, `k` and its options.
 
-Before the options were nested they were flat keyword arguments and flat keys of the
-stored configuration (`validate_guidelines`, `reflect_batch_size`, ...). Those names are
-still read, wherever options are (`JudgeConfig`, `JudgeOptions`, the CLI judge file):
-`LEGACY_OPTIONS` maps each to its place and `nest_options` moves them there.
+Each option has one spelling, its place in the groups (`validation.mode`). Before the
+options were nested they were flat keys (`validate_guidelines`, `reflect_batch_size`, ...);
+given now, such a name is an error naming its nested spelling (`nested_names`). Only a
+configuration a memory stored flat before then is still read, by `upgrade_stored_config`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from langchain_memalign.scale import Scale
 
@@ -79,7 +80,9 @@ class RetrievalOptions(_Group):
     )
     show_other_answers: bool = Field(
         default=True,
-        description="Show past cases that have this case's inputs but other outputs "
+        description="Experimental: False exists for a benchmark ablation and may change or "
+        "go (docs/decisions.md#other-answers-to-the-same-question). "
+        "Show past cases that have this case's inputs but other outputs "
         '(another answer to the same question). With `embed="inputs"` they are retrieved '
         "at similarity 1.0, as the case itself is, so no floor leaves them out; their "
         "verdict belongs to another answer. False leaves them out of judgments and of "
@@ -148,7 +151,9 @@ class ValidationOptions(_Group):
     )
     require_fix: bool = Field(
         default=False,
-        description="Keep a checked guideline only if it fixes more seen verdicts than it "
+        description="Experimental: True exists for a benchmark ablation and may change or "
+        "go (docs/decisions.md#validation-keeps-a-tie). "
+        "Keep a checked guideline only if it fixes more seen verdicts than it "
         "breaks. False (the default) keeps one that breaks no more than it fixes, a tie or "
         "no change included: a correct rule the judge already follows fixes nothing and "
         "stays.",
@@ -183,9 +188,11 @@ class PromptOptions(_Group):
     layout: Literal["turns", "checklist", "plain"] = Field(
         default="turns",
         description="How the working memory is laid out. 'turns': guidelines in the system "
-        "message, each past case a user turn answered by the expert's verdict; 'checklist': "
-        "a memory block before the case, and the judge names the guidelines whose condition "
-        "the case meets before scoring; 'plain': the same block, a short rationale.",
+        "message, each past case a user turn answered by the expert's verdict. Experimental, "
+        "for benchmark ablations, and may change or go: 'checklist', a memory block before "
+        "the case, and the judge names the guidelines whose condition the case meets before "
+        "scoring; 'plain', the same block, a short rationale "
+        "(docs/decisions.md#the-working-memory-layout-turns-checklist-plain).",
     )
     verdict_order: Literal["auto", "score_first", "rationale_first"] = Field(
         default="auto",
@@ -199,10 +206,11 @@ class PromptOptions(_Group):
         default="separate",
         description="Pairwise scales, how the two outputs are compared. 'separate': rate "
         "each output alone from 1 to 10 and compare the ratings (equal is a tie), so no "
-        "output is ever shown first; 'both_orders': judge them as given and swapped and "
-        "reconcile (disagreement is a tie); 'one_order': one call, as given. 'separate' is "
-        "the default because a judge that prefers whichever output it reads first ties "
-        "nearly every case in 'both_orders'.",
+        "output is ever shown first. Experimental, for benchmark ablations, and may change "
+        "or go: 'both_orders', judge them as given and swapped and reconcile (disagreement "
+        "is a tie); 'one_order', one call, as given. 'separate' is the default because a "
+        "judge that prefers whichever output it reads first ties nearly every case in "
+        "'both_orders' (docs/decisions.md#pairwise-each-output-rated-alone).",
     )
 
 
@@ -253,9 +261,9 @@ class JudgeOptions(_Group):
     """Every option of a judge, nested by concern; all have defaults.
 
     `MemAlignJudge(..., options=...)` takes one, or a mapping of the same shape
-    (`{"validation": {"mode": "all"}}`). The flat names of earlier versions
-    (`validate_guidelines="all"`, see `LEGACY_OPTIONS`) are accepted too and moved
-    into their groups; an unknown name is an error naming it.
+    (`{"validation": {"mode": "all"}}`). An unknown name is an error naming it; a name
+    that belongs in a group (`validate_guidelines`, `reuse_expert_verdicts`) is an error
+    naming its place (`validation.mode`, `retrieval.reuse_expert_verdicts`).
     """
 
     retrieval: RetrievalOptions = Field(default_factory=RetrievalOptions)
@@ -271,12 +279,16 @@ class JudgeOptions(_Group):
 
     @model_validator(mode="before")
     @classmethod
-    def _nest_flat_names(cls, data: Any) -> Any:
-        return nest_options(data) if isinstance(data, Mapping) else data
+    def _refuse_flat_names(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            _refuse_misplaced(data, fields=cls.model_fields, prefix="")
+        return data
 
 
-# Each flat option name of earlier versions -> its place in `JudgeOptions`.
-LEGACY_OPTIONS: dict[str, tuple[str, ...]] = {
+# Each flat key a memory stored before the options were nested -> its place in
+# `JudgeOptions`. Read only from stored configurations (`upgrade_stored_config`); given
+# anywhere else, a flat key is an error naming its place (`nested_names`).
+_FLAT_NAMES: dict[str, tuple[str, ...]] = {
     "min_episode_similarity": ("retrieval", "min_similarity"),
     "min_episode_similarity_with_rationale": ("retrieval", "min_similarity_with_rationale"),
     "embed": ("retrieval", "embed"),
@@ -301,39 +313,87 @@ LEGACY_OPTIONS: dict[str, tuple[str, ...]] = {
     "pairwise_mode": ("prompt", "pairwise_mode"),
     "max_retries": ("max_retries",),
 }
-# The option groups: the fields of `JudgeOptions` that are models themselves.
-_GROUPS = tuple(
-    name
-    for name, f in JudgeOptions.model_fields.items()
-    if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
-)
 # Memories saved before `pairwise_mode` stored `pairwise_both_orders: bool`.
 _PAIRWISE_FLAG = "pairwise_both_orders"
+# The option groups: the fields of `JudgeOptions` that are models themselves.
+_GROUPS: dict[str, type[BaseModel]] = {
+    name: f.annotation
+    for name, f in JudgeOptions.model_fields.items()
+    if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+}
 
 
-def is_flat_option(key: str, value: Any) -> bool:
-    """Whether `key=value` is a flat option name of earlier versions (`LEGACY_OPTIONS`)."""
-    if key == "reflection":  # the flat `reflection` was the mode, a string; now a group
-        return isinstance(value, str)
-    return key == _PAIRWISE_FLAG or (key in LEGACY_OPTIONS and key != "max_retries")
+def nested_names(key: str) -> tuple[str, ...]:
+    """Where an option given by a name outside its group belongs, in `JudgeOptions`.
 
-
-def nest_options(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Options with flat names (`LEGACY_OPTIONS`) moved into their groups.
-
-    Nested groups are kept; a flat name sets its field over the group's value. Other keys
-    are left for `JudgeOptions` to validate (an unknown one is its error).
+    A flat name of earlier versions (`validate_guidelines` -> `validation.mode`), or a
+    field of one or more groups (`mode` -> `reflection.mode`, `validation.mode`, ...);
+    `()` for a name that is no option.
     """
-    out: dict[str, Any] = {}
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        (flat if is_flat_option(key, value) else out)[key] = value
-    both = flat.pop(_PAIRWISE_FLAG, None)
+    if key == _PAIRWISE_FLAG:
+        return ("prompt.pairwise_mode",)
+    if key in _FLAT_NAMES:
+        return (".".join(_FLAT_NAMES[key]),)
+    return tuple(f"{group}.{key}" for group, model in _GROUPS.items() if key in model.model_fields)
+
+
+def _refuse_misplaced(data: Mapping[str, Any], *, fields: Mapping[str, Any], prefix: str) -> None:
+    """Raise the options error for every key of `data` that is an option out of its place.
+
+    `fields` are the keys that belong where `data` is read (they are left to the model);
+    `prefix` is the path of `JudgeOptions` from there (`"options."` in a `JudgeConfig`).
+    """
+    problems = []
+    for key, value in data.items():
+        if key == "reflection" and "reflection" in fields and isinstance(value, str):
+            # the flat `reflection` was the mode, a string; the name is now the group's
+            problems.append(
+                f"option '{prefix}reflection' is a group of options, not a value; did "
+                f"you mean {prefix}reflection.mode?"
+            )
+        elif key not in fields and (places := nested_names(key)):
+            problems.append(
+                f"unknown option {key!r}; did you mean "
+                + " or ".join(prefix + place for place in places)
+                + "?"
+            )
+    if problems:
+        # One error for all: a caller who wrote several flat names fixes them at once.
+        raise PydanticCustomError("misplaced_option", " ".join(problems))
+
+
+def upgrade_stored_config(data: Any) -> Any:
+    """A configuration stored by a memory, with the flat keys of earlier versions nested.
+
+    Memories written before the options were nested stored them flat
+    (`"validate_guidelines": "sources"`, `"pairwise_both_orders": false`); each goes to its
+    place in `options`, over a nested value there (so that it is checked as it is read). A
+    configuration with no flat key, or that is not a mapping, is returned as it is, for the
+    caller to check.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    flat = {
+        k: v
+        for k, v in data.items()
+        if k == _PAIRWISE_FLAG or (k in _FLAT_NAMES and (k != "reflection" or isinstance(v, str)))
+    }
+    if not flat:
+        return dict(data)
+    out = {k: v for k, v in data.items() if k not in flat}
+    stored = out.get("options")
+    options = dict(stored) if isinstance(stored, Mapping) else {}
     for key, value in flat.items():
-        *group, field = LEGACY_OPTIONS[key]
-        _group(out, group[0])[field] = value
-    if both is not None:
-        _group(out, "prompt").setdefault("pairwise_mode", "both_orders" if both else "one_order")
+        if key == _PAIRWISE_FLAG:
+            group, field, value = "prompt", "pairwise_mode", "both_orders" if value else "one_order"
+        elif len(path := _FLAT_NAMES[key]) == 1:
+            options[path[0]] = value
+            continue
+        else:
+            group, field = path
+        current = options.get(group)
+        options[group] = {**(current if isinstance(current, Mapping) else {}), field: value}
+    out["options"] = options
     return out
 
 
@@ -347,9 +407,9 @@ def _group(out: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def merge_options(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`override` over `base`, group by group; both may use flat names."""
-    out = nest_options(base)
-    for key, value in nest_options(override).items():
+    """`override` over `base`, group by group: a group given replaces only its fields given."""
+    out = dict(base)
+    for key, value in override.items():
         if key in _GROUPS and isinstance(value, Mapping):
             _group(out, key).update(value)
         else:
@@ -363,35 +423,21 @@ def options_mapping(options: BaseModel | Mapping[str, Any] | None) -> dict[str, 
         return {}
     if isinstance(options, BaseModel):
         return options.model_dump(exclude_unset=True)
-    return nest_options(options)
-
-
-def nest_config(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A configuration with the flat option keys of earlier versions moved into `options`.
-
-    Configurations stored flat by earlier versions, and flat `load` overrides, are read so.
-    """
-    flat = {k: v for k, v in data.items() if is_flat_option(k, v) or k == "max_retries"}
-    if not flat:
-        return dict(data)
-    rest = {k: v for k, v in data.items() if k not in flat}
-    options = rest.get("options")
-    base = options_mapping(options) if isinstance(options, BaseModel | Mapping) else {}
-    return {**rest, "options": merge_options(base, flat)}
+    return dict(options)
 
 
 def config_with_overrides(
     stored: Mapping[str, Any], overrides: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """A stored configuration with `overrides` (`k`, `options`, flat option names) over it.
+    """A stored configuration (nested) with `overrides` (`k`, `options`) over it.
 
     The options given override the stored ones field by field; the others are kept.
     """
-    base, over = nest_config(stored), nest_config(overrides)
+    over = dict(overrides)
     options = over.pop("options", None)
-    out = {**base, **over}
+    out = {**stored, **over}
     if options is not None:
-        kept = base.get("options")
+        kept = stored.get("options")
         out["options"] = merge_options(
             kept if isinstance(kept, Mapping) else {}, options_mapping(options)
         )
@@ -401,8 +447,9 @@ def config_with_overrides(
 class JudgeConfig(BaseModel):
     """Everything that defines a judge apart from its models and its memory.
 
-    Stored with the memory, nested (`options.validation.mode`); a configuration stored
-    flat by earlier versions (`validate_guidelines`) is read into the same places.
+    Stored with the memory, nested (`options.validation.mode`). An option given at the top
+    (`validate_guidelines`, `max_retries`) is an error naming its place in `options`; a
+    configuration a memory stored flat is read through `upgrade_stored_config`.
     """
 
     name: str = Field(description="The feedback key the judge scores, e.g. 'helpfulness'.")
@@ -440,8 +487,10 @@ class JudgeConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _nest_flat_options(cls, data: Any) -> Any:
-        return nest_config(data) if isinstance(data, Mapping) else data
+    def _refuse_flat_options(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            _refuse_misplaced(data, fields=cls.model_fields, prefix="options.")
+        return data
 
     @model_validator(mode="after")
     def _floors_by_scale(self) -> JudgeConfig:

@@ -98,10 +98,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         options: Every other option, nested by concern: a `JudgeOptions`, or a
             mapping of the same shape, e.g. `{"validation": {"mode": "all"}}`
             (`retrieval`, `reflection`, `validation`, `calibration`, `prompt`,
-            `max_retries`). The flat names of earlier versions
-            (`{"validate_guidelines": "all"}`, `config.LEGACY_OPTIONS`) are accepted
-            too. Unset options keep their defaults; an invalid one raises pydantic's
-            `ValidationError` (a `ValueError`) naming it.
+            `checks`, `max_retries`). Unset options keep their defaults; an invalid
+            one raises pydantic's `ValidationError` (a `ValueError`) naming it, and
+            an option outside its group (`{"validate_guidelines": "all"}`, a flat
+            name of earlier versions) one naming its place (`validation.mode`).
 
     Everything after `embeddings` is keyword-only. A judge is a context manager:
     `with MemAlignJudge(...) as judge:` closes its memory on exit.
@@ -197,8 +197,10 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         The name, instructions, scale and options come from the memory folder;
         `overrides` may change `k` and `options` (a `JudgeOptions` or a mapping, as
         the constructor takes): the options given replace the stored ones field by
-        field, the others are kept. Opening with a different embedding model than
-        the memory was built with raises `EmbeddingMismatchError`.
+        field, the others are kept; an option outside its group is an error naming
+        its place, as in the constructor. Opening with a different embedding model
+        than the memory was built with raises `EmbeddingMismatchError`. A memory
+        whose configuration an earlier version stored flat opens with it nested.
         """
         memory = JudgeMemory.load(path, resolve_embeddings(embeddings), **overrides)
         judge = cls.__new__(cls)

@@ -45,7 +45,9 @@ OpenAPI resources use):
   .../{id}/items``, ``PATCH .../{id}/items/{item_id}``, ``POST .../{id}/items/delete``,
   ``POST .../items/{item_id}/status``
 
-Ordering follows the real API: runs and feedback are listed newest first.
+Ordering follows the real API: runs and feedback are listed newest first (the v1 run
+query also oldest first with ``order="asc"``; the v2 run query's order is undocumented,
+``v2_run_order`` makes it unrelated to time).
 Offset-paginated lists (feedback, sessions, examples, queues...) return ``limit``
 items per page; the real client stops at the first page shorter than ``limit`` (at
 most 100), so more than ``2 * limit`` items give more than two pages. ``/runs/query``
@@ -57,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import hashlib
 import json
 import re
 import threading
@@ -125,6 +128,12 @@ def _parse_time(value: Any) -> dt.datetime | None:
 def _norm_time(value: Any) -> str | None:
     parsed = _parse_time(value)
     return _iso(parsed) if parsed is not None else None
+
+
+def _time_order(run: JSON) -> tuple[dt.datetime, int]:
+    # By start time as a time (ISO strings with other offsets or precisions do not sort
+    # as text), then by arrival.
+    return (_parse_time(run.get("start_time")) or _now(), run["_seq"])
 
 
 def _uuid_str(value: Any, what: str = "id") -> str:
@@ -282,6 +291,7 @@ class LangSmithTestServer:
         query_backend: str | None = None,
         enforced_feedback_configs: bool = False,
         include_all_configs: bool = True,
+        v2_run_order: str = "newest",
     ) -> None:
         """Configure the server; call :meth:`start` (or use ``with``) to serve.
 
@@ -313,6 +323,12 @@ class LangSmithTestServer:
                 answering 400 (unless the key has an enforced config: 409).
             include_all_configs: ``GET /feedback-configs`` takes ``include_all_configs``;
                 False refuses the parameter with 422, as self-hosted servers before 0.18.
+            v2_run_order: The order of the v2 run query's results, which the API does not
+                document (it has no order parameter): ``"newest"`` (start time descending,
+                what the service is seen to do) or ``"unordered"`` (an order stable across
+                the pages of a query but unrelated to time), for tests that show a caller
+                assumes none. The v1 ``/runs/query`` takes ``order`` (``"asc"``/``"desc"``,
+                newest first by default), as the SDK's ``read_thread`` documents.
 
         Strict like the real service: ``feedback_source.user_id`` is stamped from the
         caller's API key (see :meth:`add_user`), ``user_name`` is only returned with
@@ -336,6 +352,9 @@ class LangSmithTestServer:
         self.query_backend = query_backend
         self.enforced_feedback_configs = enforced_feedback_configs
         self.include_all_configs = include_all_configs
+        if v2_run_order not in ("newest", "unordered"):
+            raise ValueError(f"unknown v2_run_order {v2_run_order!r}")
+        self.v2_run_order = v2_run_order
         # API key -> user ({"id", "name"}); the caller of the request being handled
         self.users: dict[str, JSON] = {}
         self._caller_key: str | None = None
@@ -1155,17 +1174,29 @@ class LangSmithTestServer:
         if body.get("query"):
             needle = str(body["query"]).lower()
             runs = [r for r in runs if needle in json.dumps(r, default=str).lower()]
-        runs.sort(key=lambda r: (r.get("start_time") or "", r["_seq"]), reverse=True)
+        order = body.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise HTTPError(422, f"order must be 'asc' or 'desc', got {order!r}")
+        runs.sort(key=_time_order, reverse=order == "desc")
         offset = int(body.get("cursor") or 0)
         page_size = self.runs_page_size
         if body.get("limit"):
             page_size = min(page_size, int(body["limit"]))
         page = runs[offset : offset + page_size]
         next_cursor = str(offset + page_size) if offset + page_size < len(runs) else None
+        select = body.get("select")
         return 200, {
-            "runs": [self._run_out(r) for r in page],
+            "runs": [self._run_v1_out(r, select) for r in page],
             "cursors": {"next": next_cursor, "prev": str(offset) if offset else None},
         }
+
+    def _run_v1_out(self, run: JSON, select: list[str] | None) -> JSON:
+        # Strict: only the fields selected (and the id), as the query returns them; the
+        # SDK's default selection names fields the fake does not record (costs): null.
+        out = self._run_out(run)
+        if not select:
+            return out
+        return {"id": out["id"], **{name: out.get(name) for name in select}}
 
     # -- runs v2 -------------------------------------------------------------
 
@@ -1286,11 +1317,15 @@ class LangSmithTestServer:
                 and (hi_fb is None or _parse_time(f["modified_at"]) < hi_fb)  # type: ignore[operator]
             }
             runs = [r for r in runs if r["id"] in touched]
-        runs.sort(key=lambda r: (r.get("start_time") or "", r["_seq"]), reverse=True)
+        if self.v2_run_order == "newest":
+            runs.sort(key=_time_order, reverse=True)
+        else:  # stable across a query's pages, unrelated to time
+            runs.sort(key=lambda r: hashlib.sha256(r["id"].encode()).digest())
         offset = int(body.get("cursor") or 0)
-        page_size = min(int(body.get("page_size") or 100), self.runs_page_size)
-        if not 1 <= page_size <= 1000:
+        asked = int(body.get("page_size") or 100)
+        if not 1 <= asked <= 1000:  # checked as asked, before the server's own cap
             raise HTTPError(422, "page_size must be between 1 and 1000")
+        page_size = min(asked, self.runs_page_size)
         page = runs[offset : offset + page_size]
         more = offset + page_size < len(runs)
         selects = body.get("selects")

@@ -1,13 +1,12 @@
-"""Judge options named flat, as the benchmarks' command lines and tables name them.
+"""Judge options named by their place, as the benchmarks' command lines and tables name them.
 
 `--judge-option NAME=VALUE`, `--ablation NAME:OPT=VAL;...`, the `ABLATIONS` table of
-`quality.py` and the variants of `judge_options.py` name options flat
-(`validate_guidelines=off`, `judge_prompt=plain`, `k=0`), as the judge took them before its
-options were nested. `judge_kwargs` turns such mappings into the keywords of
-`MemAlignJudge(...)` and `MemAlignJudge.load(...)`: `k` stays a keyword, every other name
-goes into `options` through the package's own mapping of the flat names
-(`langchain_memalign.config.LEGACY_OPTIONS`). A dotted name (`validation.mode=all`) and
-the nested names are accepted too; an unknown name is the judge's error, naming it.
+`quality.py` and the variants of `judge_options.py` name each option by its dotted place in
+`JudgeOptions` (`validation.mode=off`, `prompt.layout=plain`), beside `k` and `max_retries`.
+`judge_kwargs` turns such mappings into the keywords of `MemAlignJudge(...)` and
+`MemAlignJudge.load(...)`: `k` stays a keyword, every other name goes into `options`. A
+name that is no option, or the flat name of earlier versions (`validate_guidelines`), is
+the judge's own options error, naming it and, for a flat name, its place.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ KEYWORDS = ("k",)
 
 
 def judge_kwargs(*mappings: Mapping[str, Any]) -> dict[str, Any]:
-    """`MemAlignJudge` keywords from flat option mappings, a later mapping winning."""
+    """`MemAlignJudge` keywords from mappings of dotted option names, a later one winning."""
     out: dict[str, Any] = {}
     options: dict[str, Any] = {}
     for mapping in mappings:
@@ -38,12 +37,9 @@ def judge_kwargs(*mappings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def option_value(options: Mapping[str, Any], name: str, default: Any = None) -> Any:
-    """One option of flat `options` by its flat or nested name, else `default`."""
-    nested = judge_kwargs(options).get("options", {})
-    from langchain_memalign.config import LEGACY_OPTIONS
-
-    value: Any = nested
-    for part in LEGACY_OPTIONS.get(name, tuple(name.split("."))):
+    """One option of `options` (dotted names) by its dotted name, else `default`."""
+    value: Any = judge_kwargs(options).get("options", {})
+    for part in name.split("."):
         if not isinstance(value, Mapping) or part not in value:
             return default
         value = value[part]

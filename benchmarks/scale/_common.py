@@ -576,10 +576,10 @@ def make_judge(
     model: Any,
     embeddings: Embeddings,
     path: str | os.PathLike[str] | None = None,
-    **options: Any,
+    options: dict[str, Any] | None = None,
 ) -> Any:
+    """The benchmarks' judge; `options` as the judge takes them (`{"retrieval": {...}}`)."""
     from langchain_memalign import MemAlignJudge
-    from langchain_memalign.config import nest_options
 
     return MemAlignJudge(
         name="helpfulness",
@@ -588,8 +588,7 @@ def make_judge(
         embeddings=embeddings,
         scale=bool,
         path=path,
-        # flat option names (`hnsw_threshold=...`), nested as the judge reads them
-        options=nest_options(options),
+        options=options,
     )
 
 
@@ -627,7 +626,9 @@ def populate_memory(
     gen = CaseGenerator(seed=seed)
     emb = TopicEmbeddings()
     t_start = time.perf_counter()
-    judge = make_judge(LatencyChatModel(), emb, folder, hnsw_threshold=hnsw_threshold)
+    judge = make_judge(
+        LatencyChatModel(), emb, folder, {"retrieval": {"hnsw_threshold": hnsw_threshold}}
+    )
     mem = judge.memory
     matrix = gen.word_matrix()
     t_gen = t_sql = 0.0

@@ -193,7 +193,7 @@ def main() -> None:
     responder = Responder(args.consolidation)
     model = LatencyChatModel(reply=responder)
     emb = TopicEmbeddings()
-    judge = make_judge(model, emb, None, guideline_token_budget=args.budget)
+    judge = make_judge(model, emb, None, {"reflection": {"guideline_token_budget": args.budget}})
     cfg = judge.config
     max_chars = cfg.options.retrieval.episode_max_chars
     bound = args.budget + cfg.k * estimate_tokens("x" * (max_chars + 120)) + 60

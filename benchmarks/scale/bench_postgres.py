@@ -169,8 +169,9 @@ def align_worker(url: str, items: list[dict[str, Any]], batch: int, latency: flo
 def judging_while_aligning(url: str, args: argparse.Namespace) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     judge = make_judge(
-        LatencyChatModel(), TopicEmbeddings(), url, validate_guidelines="off", source_support=None
-    )
+        LatencyChatModel(), TopicEmbeddings(), url,
+        {"validation": {"mode": "off"}, "reflection": {"source_support": None}},
+    )  # fmt: skip
     judge.close()
     items = feedback_items(args.items)
     go, stop = ctx.Event(), ctx.Event()
@@ -335,15 +336,12 @@ def populate_big(url: str, n: int) -> dict[str, Any]:
 def open_child(url: str, overrides: dict[str, Any], out: Any) -> None:
     t_import = time.perf_counter()
     from langchain_memalign import MemAlignJudge
-    from langchain_memalign.config import nest_options
     from langchain_memalign.memory.postgres import PostgresStore
 
     import_s = time.perf_counter() - t_import
     emb = no_embeddings()
     t0 = time.perf_counter()
-    judge = MemAlignJudge.load(
-        url, model=LatencyChatModel(), embeddings=emb, options=nest_options(overrides)
-    )
+    judge = MemAlignJudge.load(url, model=LatencyChatModel(), embeddings=emb, options=overrides)
     load_s = time.perf_counter() - t0
     # Past hnsw_threshold the HNSW graph is built in the background after open
     # (judgments use the exact index meanwhile): time until it is swapped in.
@@ -372,7 +370,7 @@ def open_child(url: str, overrides: dict[str, Any], out: Any) -> None:
 def open_big(url: str, n: int, repeats: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     runs: dict[str, Any] = {}
-    for label, overrides in (("hnsw", {}), ("flat", {"hnsw_threshold": n + 1})):
+    for label, overrides in (("hnsw", {}), ("flat", {"retrieval": {"hnsw_threshold": n + 1}})):
         rows = []
         for _ in range(repeats):
             q = ctx.Queue()

@@ -22,14 +22,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from langchain_memalign.config import (
-    LEGACY_OPTIONS,
-    JudgeConfig,
-    JudgeOptions,
-    is_flat_option,
-    nest_config,
-    nest_options,
-)
+from langchain_memalign.config import JudgeConfig, JudgeOptions, nested_names
 from langchain_memalign.memory.postgres import is_postgres_url
 from langchain_memalign.models import (
     openai_compatible,
@@ -136,8 +129,7 @@ class JudgeFile(BaseModel):
     options: JudgeOptions = Field(
         default_factory=JudgeOptions,
         description="The judge options (`JudgeOptions`), as TOML tables such as "
-        '`[options.validation]`; "off" turns off an option whose `None` means off. The '
-        "flat keys of earlier versions (`validate_guidelines = ...`) are read too.",
+        '`[options.validation]`; "off" turns off an option whose `None` means off.',
     )
 
     source: Path | None = Field(default=None, exclude=True, description="The file read.")
@@ -149,12 +141,11 @@ class JudgeFile(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _nest_options(cls, data: Any) -> Any:
-        # Flat option keys (earlier versions) move into `options`; "off" becomes None.
-        if not isinstance(data, dict) or not isinstance(data.get("options", {}), dict):
+    def _off_options(cls, data: Any) -> Any:
+        # TOML has no null: "off" becomes None where None means off.
+        if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
             return data
-        nested = nest_config(data)
-        return {**nested, "options": _off_to_none(nest_options(nested.get("options", {})))}
+        return {**data, "options": _off_to_none(data["options"])}
 
     @property
     def base_dir(self) -> Path:
@@ -202,9 +193,7 @@ class JudgeFile(BaseModel):
             # Check the judge options now, not when a model is already built.
             JudgeConfig(name=cfg.name, instructions="", scale=cfg.scale, options=cfg.options)
         except ValidationError as e:
-            raise CLIError(
-                f"{p}: invalid judge file:\n{_validation_lines(e, _flat_keys(data))}"
-            ) from None
+            raise CLIError(f"{p}: invalid judge file:\n{_validation_lines(e)}") from None
         return cfg
 
 
@@ -229,15 +218,6 @@ def _parse_config(path: Path, text: str) -> Any:
         raise CLIError(f"{path}: invalid JSON: {e}") from None
 
 
-def _flat_keys(data: dict[str, Any]) -> dict[str, str]:
-    """Where each flat option key of the file went: `options.<group>.<field>` -> key."""
-    return {
-        ".".join(("options", *LEGACY_OPTIONS[k])): k
-        for k, v in data.items()
-        if k in LEGACY_OPTIONS and (is_flat_option(k, v) or k == "max_retries")
-    }
-
-
 def _known_keys(loc: tuple[int | str, ...]) -> str:
     model: type[BaseModel] = JudgeFile
     for part in loc[:-1]:
@@ -250,22 +230,23 @@ def _known_keys(loc: tuple[int | str, ...]) -> str:
     return ", ".join(k for k in model.model_fields if k != "source")
 
 
-def _validation_lines(e: ValidationError, flat: dict[str, str] | None = None) -> str:
+def _validation_lines(e: ValidationError) -> str:
     lines = []
     for err in e.errors():
         where = ".".join(str(x) for x in err["loc"]) or "(file)"
-        # a flat key of earlier versions is named as the file wrote it
-        where = next(
-            (
-                f"{key} ({where})"
-                for path, key in (flat or {}).items()
-                if where == path or where.startswith(path + ".")
-            ),
-            where,
-        )
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = f"unknown key (known keys: {_known_keys(err['loc'])})"
+            # An option out of its place (a flat key of earlier versions, a group's field
+            # at the top) is named with its place; any other key with the keys known there.
+            places = (
+                nested_names(str(err["loc"][-1])) if err["loc"][:-1] in ((), ("options",)) else ()
+            )
+            prefix = "options." if len(err["loc"]) == 1 else ""
+            msg = (
+                "unknown option; did you mean " + " or ".join(prefix + p for p in places) + "?"
+                if places
+                else f"unknown key (known keys: {_known_keys(err['loc'])})"
+            )
         lines.append(f"  {where}: {msg}")
     return "\n".join(lines)
 
@@ -306,7 +287,7 @@ k = 5                                           # past cases retrieved per judgm
 # [options.validation]
 # mode = "all"                                  # check guidelines on every seen case
 # [options.prompt]
-# pairwise_mode = "both_orders"                 # for scale = "pairwise"
+# verdict_order = "rationale_first"             # default "auto": the score first on [low, high]
 '''
 
 

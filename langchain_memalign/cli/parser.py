@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
+import re
 
 from langchain_memalign.cli.commands import cmd_align, cmd_create, cmd_judge, cmd_unalign
 from langchain_memalign.cli.export import cmd_export_langsmith
@@ -114,6 +116,24 @@ def _positive(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
     return n
+
+
+_SPAN_UNITS = {"m": "minutes", "h": "hours", "d": "days"}
+
+
+def _since(value: str) -> dt.datetime | dt.timedelta:
+    """A time (ISO 8601; UTC unless it says otherwise) or a span back (`30m`, `12h`, `7d`)."""
+    span = re.fullmatch(r"\s*(\d+)\s*([mhd])\s*", value)
+    if span:
+        return dt.timedelta(**{_SPAN_UNITS[span[2]]: int(span[1])})
+    try:
+        at = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is neither a date nor a span: give e.g. 2025-01-31, "
+            "2025-01-31T09:00:00Z, 12h or 7d"
+        ) from None
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
 def _int_list(value: str) -> list[int]:
@@ -492,8 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each cycle: align on the reviews completed in the judge's annotation "
         "queue (reporting how often the judge had agreed with them before), judge the "
         "project's new root runs, write each verdict as model feedback, and send the "
-        "runs the judge is least sure about to the queue. A run is never judged twice, "
-        "so a restart (or cron with --once) resumes where it stopped.",
+        "runs the judge is least sure about to the queue. New runs are read oldest "
+        "first from a cursor kept in the judge's memory, at most --scan a cycle, so "
+        "every run is read however busy the project; a run is never judged twice, so "
+        "a restart (or cron with --once) resumes where it stopped.",
         epilog="Example:\n  memalign watch -c judge.toml --langsmith-project support-bot "
         "--sampling-rate 0.2 --interval 600\n"
         "  memalign watch -c judge.toml --langsmith-project support-bot --once   # cron\n\n"
@@ -531,7 +553,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=100,
         metavar="N",
-        help="latest root runs read a cycle (default: 100)",
+        help="new root runs read a cycle, oldest first from where the last cycle "
+        "stopped (default: 100)",
+    )
+    p.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="start reading runs from this time (2025-01-31, 2025-01-31T09:00:00Z) or "
+        "this long before the first cycle (30m, 12h, 7d); a new value restarts the "
+        "reading there, once (default: a day before the first cycle)",
     )
     p.add_argument(
         "--review-limit",
@@ -583,7 +614,11 @@ def _export_parser(
         "memory changed (nothing, if nothing did). Corrections of its verdicts in "
         "LangSmith come back with `memalign align --langsmith-project`.",
         epilog="Example:\n  memalign export langsmith -c judge.toml --langsmith-project "
-        "support-bot --sampling-rate 0.2 --filter 'eq(is_root, true)'",
+        "support-bot --sampling-rate 0.2 --filter 'eq(is_root, true)'\n\n"
+        "Exit status:\n"
+        "  0    exported (or nothing changed)\n"
+        "  1    a LangSmith call failed (the error names it)\n"
+        "  2    bad arguments or configuration: no LangSmith API key, an unknown project",
         formatter_class=fmt,
     )
     ls = q.add_argument_group("LangSmith (LANGSMITH_API_KEY, LANGSMITH_ENDPOINT)")

@@ -116,7 +116,7 @@ class AlignSteps(BaseCallbackHandler):
     """
 
     # Steps worth a line: the ones that call a model or write the memory.
-    STEPS = ("reflect", "merge", "validate", "calibrate", "consolidate", "forget")
+    STEPS = ("reflect", "merge", "validate", "calibrate", "consolidate", "forget", "checks")
 
     def __init__(self, label: str, *, stream: TextIO | None = None, interval: float = 10.0):
         super().__init__()
@@ -127,6 +127,7 @@ class AlignSteps(BaseCallbackHandler):
         self._active: dict[str, int] = {}  # step -> runs of it in flight
         self._calls: dict[str, int] = {}
         self._started: dict[str, float] = {}
+        self._tests: set[UUID] = set()  # the checks step's tests of candidate checks
         self._stop = threading.Event()
         self._ticker = threading.Thread(
             target=self._tick, args=(interval,), name="memalign-steps", daemon=True
@@ -149,6 +150,10 @@ class AlignSteps(BaseCallbackHandler):
     ) -> None:
         """A step starts when the node's own run starts (not the runs nested in it)."""
         step = self._step(metadata)
+        if step == "checks" and kwargs.get("name") == "test_check":
+            with self._lock:
+                self._tests.add(run_id)
+            return
         if step is None or kwargs.get("name") != step:
             return
         with self._lock:
@@ -161,11 +166,23 @@ class AlignSteps(BaseCallbackHandler):
                 self._write(f"{step}...")
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """A step ends when the last of its runs (one per reflection batch) ends."""
+        """A step ends when the last of its runs (one per reflection batch) ends.
+
+        A candidate check's test ends with a line per rule: how it agreed with the experts.
+        """
+        with self._lock:
+            test = run_id in self._tests
+            self._tests.discard(run_id)
+        if test and isinstance(outputs, dict):
+            for rule_id, agreement in outputs.items():
+                self._write(f"checks: {rule_id} {agreement}")
+            return
         self._end(run_id, "done")
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """A step that raised ends too."""
+        with self._lock:
+            self._tests.discard(run_id)
         self._end(run_id, "failed")
 
     def on_chat_model_start(

@@ -34,6 +34,7 @@ def cmd_watch(ctx: Context) -> int:
             review_sample=args.review_sample,
             seed=args.seed,
             trace=args.trace,
+            since=args.since,
         )
         try:  # a typo in the name is the user's to fix, not a failed cycle
             monitor.api.project(args.langsmith_project)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
@@ -425,10 +425,39 @@ class CheckLearner:
 
         In two stages: the rules' own source cases first, then, for the variants that
         separated those, the other cases. Only answers missing from `cache` are asked;
-        the other polarity of a question asked costs nothing.
+        the other polarity of a question asked costs nothing. Each round is a step of
+        its own in the align's trace (`test_check`): the rules, the questions, and how
+        the best variant agreed with the experts.
         """
         if not candidates:
             return Usage()
+        tested = {gid: group or c.groups[0] for gid, c in candidates.items()}
+        inputs = {
+            "rules": {gid: c.rule.text for gid, c in candidates.items()},
+            "questions": list(dict.fromkeys(q for vs in tested.values() for v in vs
+                                            for q in v.questions())),
+        }  # fmt: skip
+        spent: list[Usage] = []
+
+        def step(_: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+            spent.append(self._test_round_now(candidates, tested, cases, cache, config))
+            return {
+                gid: c.last[1].describe() if c.last is not None else "no case to test on"
+                for gid, c in candidates.items()
+            }
+
+        RunnableLambda(step, name="test_check").invoke(inputs, config)
+        return spent[0]
+
+    def _test_round_now(
+        self,
+        candidates: dict[str, _Candidate],
+        tested: dict[str, list[Check]],
+        cases: dict[str, Feedback],
+        cache: dict[str, dict[str, bool]],
+        config: RunnableConfig,
+    ) -> Usage:
+        """`_test_round`'s work, inside its traced step: `tested`, each rule's variants."""
         min_agreement = self.memory.config.options.checks.min_agreement
         sources = {s for c in candidates.values() for s in c.rule.source_ids}
         first = {fid: fb for fid, fb in cases.items() if fid in sources}
@@ -436,7 +465,6 @@ class CheckLearner:
         values = {fid: fb.value for fid, fb in cases.items()}
         first_keys = [k for k, _ in self._keys(first)]
         all_keys = [k for k, _ in self._keys(cases)]
-        tested = {gid: group or c.groups[0] for gid, c in candidates.items()}
         usage = self._ask(
             [(f"{gid}/{j}", v) for gid, vs in tested.items() for j, v in enumerate(vs)],
             first, cache, config,

@@ -1,17 +1,18 @@
 """Run lookups of the LangSmith calls.
 
 `RunsAPI` reads runs by id (through their project on the v2 query, by id on
-v1), lists a project's root runs and the runs whose feedback changed since a
-time, reads dataset examples' reference outputs, and turns the run
-references callers give into `RunRecord`s; `_from_v1` and `_from_v2` convert
-the two APIs' run objects.
+v1), lists a project's root runs (the latest, or those after a position, oldest
+first) and the runs whose feedback changed since a time, reads dataset
+examples' reference outputs, and turns the run references callers give into
+`RunRecord`s; `_from_v1` and `_from_v2` convert the two APIs' run objects.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langsmith import schemas as ls_schemas
@@ -29,6 +30,27 @@ from langchain_memalign.langsmith._api_base import (
     _time,
     run_id_of,
 )
+
+RunPosition = tuple[dt.datetime, str]
+"""Where a run stands among a project's runs: its start time, then its id (ties)."""
+
+# A window's lower bound is moved this much earlier: whether the API's bound is inclusive
+# is not documented, and runs at the position's own start time may follow it (by id).
+_BOUND_MARGIN = dt.timedelta(milliseconds=1)
+# Positions are listed with ids and start times only: many a page (the v2 query's most).
+_LIST_PAGE = 1000
+_V1_LIST_SELECT = ["id", "name", "run_type", "start_time"]  # what `schemas.Run` requires
+
+
+@dataclass
+class RunsAfter:
+    """The first runs after a position, oldest first, and how many more there are."""
+
+    positions: list[RunPosition] = field(default_factory=list)
+    left: int = 0
+    """Runs after those listed (counted up to the `count` asked for)."""
+    capped: bool = False
+    """More than `left` runs are left: counting stopped there."""
 
 
 class RunsAPI(APIBase):
@@ -180,6 +202,123 @@ class RunsAPI(APIBase):
                 )
             ]
 
+    def runs_after(
+        self,
+        project: ls_schemas.TracerSession,
+        after: RunPosition,
+        *,
+        limit: int,
+        skip: Collection[str] = (),
+        count: int = 0,
+        with_errors: bool = True,
+    ) -> RunsAfter:
+        """The positions of the first `limit` root runs of a project after `after`.
+
+        Runs are taken oldest first by position (start time, then id), leaving out the
+        runs at or before `after`, those whose id is in `skip` and, with
+        `with_errors=False`, those that ended with an error. Only ids and start times
+        are read; up to `count` more runs past the `limit` first are counted (`left`).
+
+        The v2 query has no order parameter (its order is not documented), so its
+        windows are read whole and sorted here; a window holding more than
+        `limit + count` runs is narrowed to the start time of the `limit`-th earliest
+        seen, until one is read whole. v1 lists oldest first (`order="asc"`, as the
+        SDK's `read_thread` passes it) and is read until `limit + count` runs are seen
+        past the last start time the first `limit` need.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        no_error: dict[str, bool] = {} if with_errors else {"has_error": False}
+        api = self._v2_runs()
+        if api is not None:
+            try:
+                return self._runs_after_v2(api, project, after, limit, set(skip), count, no_error)
+            except Exception as e:
+                self._v2_failed(e)
+        return self._runs_after_v1(project, after, limit, set(skip), count, with_errors)
+
+    @staticmethod
+    def _runs_after_v2(
+        api: Any,
+        project: ls_schemas.TracerSession,
+        after: RunPosition,
+        limit: int,
+        skip: set[str],
+        count: int,
+        no_error: dict[str, bool],
+    ) -> RunsAfter:
+        hi = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+        narrowed, whole = False, False
+        while True:
+            found: list[RunPosition] = []
+            over = False
+            for run in api.runs.query_v2(
+                project_ids=[str(project.id)],
+                is_root=True,
+                min_start_time=after[0] - _BOUND_MARGIN,
+                max_start_time=hi,
+                selects=["ID", "START_TIME"],
+                page_size=_LIST_PAGE,
+                **no_error,
+            ):
+                position = _position(run)
+                if position is None or position <= after or position[1] in skip:
+                    continue
+                found.append(position)
+                if not whole and len(found) > limit + count:
+                    over = True
+                    break
+            found.sort()
+            if not over:
+                break
+            # Too many to read whole: the `limit` earliest of the window are no later than
+            # the `limit`-th earliest seen so far. (The bound is moved past it in case the
+            # API's upper bound is exclusive.)
+            narrowed = True
+            bound = found[limit - 1][0] + dt.timedelta(microseconds=1)
+            if bound >= hi:  # all at one start time: read that window whole
+                whole = True
+            hi = min(hi, bound)
+        left = max(0, len(found) - limit)
+        if narrowed:  # runs past the narrowed window are not counted: more than `count`
+            return RunsAfter(found[:limit], left=count, capped=True)
+        return RunsAfter(found[:limit], left=left)
+
+    def _runs_after_v1(
+        self,
+        project: ls_schemas.TracerSession,
+        after: RunPosition,
+        limit: int,
+        skip: set[str],
+        count: int,
+        with_errors: bool,
+    ) -> RunsAfter:
+        found: list[RunPosition] = []
+        capped = False
+        with _legacy():
+            runs = self.client.list_runs(
+                project_id=project.id,
+                is_root=True,
+                error=None if with_errors else False,
+                start_time=after[0] - _BOUND_MARGIN,
+                select=_V1_LIST_SELECT,
+                order="asc",
+            )
+            for run in runs:
+                position = _position(run)
+                if position is None or position <= after or position[1] in skip:
+                    continue
+                # Oldest first, ties in no known order: the first `limit` by position are
+                # known once a later start time than the `limit`-th's comes.
+                if len(found) >= limit + count and position[0] > found[limit - 1][0]:
+                    capped = True
+                    break
+                found.append(position)
+        found.sort()
+        if capped:
+            return RunsAfter(found[:limit], left=count, capped=True)
+        return RunsAfter(found[:limit], left=max(0, len(found) - limit))
+
     def _query_v2(self, api: Any, **kwargs: Any) -> dict[str, RunRecord]:
         return {r.id: r for r in self._query_v2_iter(api, **kwargs)}
 
@@ -232,6 +371,11 @@ class RunsAPI(APIBase):
                 "Run objects (with session_id) or project=... instead of bare run ids"
             )
         return [found[i] for i in ids if i in found]
+
+
+def _position(run: Any) -> RunPosition | None:
+    start = _time(run.start_time)
+    return None if start is None else (start, str(run.id))
 
 
 def _from_v1(run: ls_schemas.Run) -> RunRecord:

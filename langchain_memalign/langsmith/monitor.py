@@ -10,6 +10,16 @@ A cycle pulls the reviews completed in the judge's annotation queue (recording, 
 whether the judge's earlier verdict on that run agreed, before aligning on it), then judges
 the project's new root runs that have ended without error, writes each verdict as model
 feedback as soon as it is known and sends the runs most worth a human look to the queue.
+
+New runs are read through a cursor kept in the judge's memory, as LangSmith's online
+evaluators keep theirs: each cycle reads on, oldest first, from the last run the previous
+cycle read, at most `scan` runs, so every run is read once however busy the project is
+(and the report says how many are left for the next cycles). A run still running, or
+whose judgment failed, is kept aside by id and read again by the next cycles until it can
+be judged; it does not hold the cursor back. The cursor stays `SETTLE` behind the time of
+reading, because a run can become readable a while after it started; the runs read within
+that margin are remembered, not read again.
+
 It is resumable: a run that already carries the judge's verdict is never judged again, and
 sampling is decided by the run's id, so a run left out stays left out after a restart. A
 judgment that fails is retried by the next cycles, `MAX_ATTEMPTS` times in all (counted in
@@ -21,12 +31,14 @@ not traced unless asked for (`trace`).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langsmith import Client
@@ -37,6 +49,8 @@ from pydantic import BaseModel, Field
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith import _api_base
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
+from langchain_memalign.langsmith._api_base import _time
+from langchain_memalign.langsmith._api_runs import RunPosition
 from langchain_memalign.langsmith._fields import distance
 from langchain_memalign.langsmith._source_types import SyncReport
 from langchain_memalign.langsmith._verdicts import Verdict, _judgments, _write_verdict
@@ -50,6 +64,19 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 """Judgments of a run that may fail (one a cycle) before the run is given up."""
 STATE_PREFIX = "langsmith_watch:"
+SINCE = dt.timedelta(days=1)
+"""Where a watch with no cursor yet starts reading: runs started this long before its first
+cycle (the v2 run query's own default window), unless `since` says otherwise."""
+SETTLE = dt.timedelta(minutes=10)
+"""How far the cursor stays behind the time runs are read. A run can become readable a
+while after it started (tracers upload in batches, the query service indexes with a
+delay): a cursor that passed its start time would never read it. Runs read within this
+margin are remembered by id, so they are not read again."""
+PENDING_LIMIT = dt.timedelta(days=1)
+"""A run still running this long after it started is given up (its tracer most likely
+died before ending it): it is no longer read every cycle."""
+LEFT_COUNT = 1000
+"""How many runs past those a cycle reads are counted for its report (`left`)."""
 
 
 class ReviewAgreement(BaseModel):
@@ -71,7 +98,17 @@ class MonitorCycle(BaseModel):
         description="Each newly learned review beside the judge's earlier verdict on its run.",
     )
     considered: int = Field(
-        default=0, description="The project's latest root runs without error read."
+        default=0,
+        description="Root runs without error read: the new ones after the cursor (at most "
+        "`scan`), and earlier ones read again (still running, or to retry).",
+    )
+    left: int = Field(
+        default=0,
+        description="New runs after those read, left for the next cycles (counted up to "
+        f"{LEFT_COUNT}: see `left_capped`).",
+    )
+    left_capped: bool = Field(
+        default=False, description="More runs than `left` are left: counting stopped."
     )
     already_judged: int = Field(default=0, description="Runs that carry the judge's verdict.")
     pending: int = Field(
@@ -79,7 +116,8 @@ class MonitorCycle(BaseModel):
     )
     given_up: list[str] = Field(
         default_factory=list,
-        description=f"Runs no longer judged: their judgment failed {MAX_ATTEMPTS} times.",
+        description=f"Runs no longer judged: their judgment failed {MAX_ATTEMPTS} times, "
+        "or they were still running a day after they started (`PENDING_LIMIT`).",
     )
     sampled_out: int = Field(default=0, description="Runs left out by the sampling rate.")
     filtered_out: int = Field(default=0, description="Runs `where` refused.")
@@ -126,13 +164,100 @@ class MonitorCycle(BaseModel):
         cut = ", rate limited: cut short" if self.rate_limited else ""
         if self.outage:
             trouble += "model outage (not counted against the runs); "
+        left = ""
+        if self.left_capped:
+            left = f", over {self.left} left for the next cycle"
+        elif self.left:
+            left = f", {self.left} left for the next cycle"
         return (
             f"{len(self.pulled.added) + len(self.pulled.updated)} reviews learned{agreed}; "
             f"{len(self.verdicts)} of {self.considered} runs judged "
             f"({self.already_judged} already, {self.pending} running, "
-            f"{self.sampled_out} sampled out, {self.filtered_out} filtered); "
+            f"{self.sampled_out} sampled out, {self.filtered_out} filtered){left}; "
             f"{trouble}{len(self.sent)} sent for review; {self.seconds:.1f}s{cut}"
         )
+
+
+@dataclass
+class _WatchState:
+    """What a watch keeps in the judge's memory about a project, between cycles.
+
+    `cursor`: every run at or before this position was read. `recent`: runs after it
+    already read (within `SETTLE` of a cycle's reading time), by id with their start
+    time. `held`: runs to read again (still running, or whose judgment failed), with
+    their start time and failed judgments. `since`: the `since` the cursor started from.
+    """
+
+    cursor: RunPosition
+    since: str | None = None
+    recent: dict[str, str] = field(default_factory=dict)
+    held: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(
+        cls,
+        saved: dict[str, Any] | None,
+        since: dt.datetime | dt.timedelta | None,
+        now: dt.datetime,
+    ) -> _WatchState:
+        saved = saved or {}
+        key = _since_key(since)
+        held = {
+            rid: {"start_time": h.get("start_time"), "failed": int(h.get("failed") or 0)}
+            for rid, h in (saved.get("held") or {}).items()
+        }
+        # A watch from before the cursor kept only its failures (`{"failed": {id: n}}`).
+        for rid, n in (saved.get("failed") or {}).items():
+            held.setdefault(rid, {"start_time": None, "failed": int(n)})
+        stored = saved.get("cursor")
+        at = _time((stored or {}).get("start_time"))
+        if stored and at is not None and (since is None or saved.get("since") == key):
+            return cls(
+                cursor=(at, str(stored.get("id") or "")),
+                since=saved.get("since"),
+                recent=dict(saved.get("recent") or {}),
+                held=held,
+            )
+        if isinstance(since, dt.datetime):
+            start = since
+        else:
+            start = now - (SINCE if since is None else since)
+        # Before every run of that time: the id sorts first.
+        return cls(cursor=(start, ""), since=key, held=held)
+
+    def hold(self, run: RunRecord, *, failed: int | None = None) -> None:
+        """Keep `run` aside, to be read again by the next cycles."""
+        entry = self.held.setdefault(run.id, {"failed": 0})
+        entry["start_time"] = run.start_time.isoformat() if run.start_time else None
+        if failed is not None:
+            entry["failed"] = failed
+
+    def advance(self, read: Sequence[RunPosition], now: dt.datetime) -> None:
+        """Move the cursor past the runs `read`, but not within `SETTLE` of `now`."""
+        frontier = read[-1] if read else self.cursor
+        self.cursor = max(self.cursor, min(frontier, (now - SETTLE, "")))
+        positions = [(_time(t), rid) for rid, t in self.recent.items()]
+        positions += list(read)
+        self.recent = {
+            rid: t.isoformat() for t, rid in positions if t is not None and (t, rid) > self.cursor
+        }
+
+    def dump(self) -> dict[str, Any]:
+        at, rid = self.cursor
+        return {
+            "cursor": {"start_time": at.isoformat(), "id": rid},
+            "since": self.since,
+            "recent": self.recent,
+            "held": self.held,
+        }
+
+
+def _since_key(since: dt.datetime | dt.timedelta | None) -> str | None:
+    if since is None:
+        return None
+    if isinstance(since, dt.timedelta):
+        return f"{since.total_seconds():g}s before the first cycle"
+    return since.isoformat()
 
 
 def _sampled(run_id: str, rate: float, salt: str) -> bool:
@@ -152,7 +277,13 @@ class JudgeMonitor:
         queue: The review queue (default: the judge's, `JudgeAnnotationQueue(judge)`).
         sampling_rate: The share of new runs judged, from 0 to 1.
         where: Judge only the runs for which this returns True.
-        scan: At most this many of the project's latest root runs are read a cycle.
+        scan: At most this many new root runs are read a cycle, oldest first from where
+            the previous cycle stopped (the runs read again, still running or to retry,
+            come on top).
+        since: Where the cursor starts: a time, or a time span before the first cycle
+            (default: `SINCE`, a day). Used when the judge's memory holds no cursor for
+            the project yet, or holds one started from another `since` (a backfill from
+            an earlier date, or a skip ahead); left out, a stored cursor is kept.
         review_limit: At most this many runs a cycle go to the queue: the judge's
             least sure verdicts first.
         review_sample: Also send this share of the other judged runs, at random, so
@@ -179,7 +310,12 @@ class JudgeMonitor:
         mapping: FeedbackMapping | None = None,
         seed: int | None = None,
         trace: bool = False,
+        since: dt.datetime | dt.timedelta | None = None,
     ) -> None:
+        if isinstance(since, dt.timedelta) and since < dt.timedelta(0):
+            raise ValueError(f"since must be a time or a time span back, got {since}")
+        if isinstance(since, dt.datetime) and since.tzinfo is None:
+            since = since.replace(tzinfo=dt.UTC)  # a naive time is UTC, as the SDK reads it
         if not 0.0 <= sampling_rate <= 1.0:
             raise ValueError(f"sampling_rate must be within 0 and 1, got {sampling_rate}")
         if not 0.0 <= review_sample <= 1.0:
@@ -198,6 +334,7 @@ class JudgeMonitor:
         self.review_limit = review_limit
         self.review_sample = review_sample
         self.trace = trace
+        self.since = since
         self._random = random.Random(seed)
         self._salt = f"{judge.config.name}:{seed}"
 
@@ -272,8 +409,34 @@ class JudgeMonitor:
     def _judge_new(self, cycle: MonitorCycle) -> None:
         self.queue.ensure()  # the key's feedback config on the judge's scale, or an error
         project = self.api.project(self.project)
-        # An errored run has nothing to judge: the service leaves them out of the scan.
-        runs = self.api.project_runs(project, limit=self.scan, with_errors=False)
+        state_key = f"{STATE_PREFIX}{self.judge.config.name}:{project.id}"
+        now = dt.datetime.now(dt.UTC)
+        with self.judge.memory.integration_state(state_key) as saved:
+            state = _WatchState.load(saved.get(), self.since, now)
+        # The next runs after the cursor, oldest first, the ones read within the settle
+        # margin left out. An errored run has nothing to judge: the query leaves them out.
+        page = self.api.runs_after(
+            project,
+            state.cursor,
+            limit=self.scan,
+            skip=state.recent.keys(),
+            count=LEFT_COUNT,
+            with_errors=False,
+        )
+        cycle.left, cycle.left_capped = page.left, page.capped
+        new_ids = [rid for _, rid in page.positions]
+        again = [rid for rid in state.held if rid not in set(new_ids)]
+        pid = str(project.id)
+        hints: dict[str, tuple[str | None, dt.datetime | None]] = {
+            rid: (pid, start) for start, rid in page.positions
+        }
+        hints |= {rid: (pid, _time(state.held[rid].get("start_time"))) for rid in again}
+        found = self.api.read_runs([*new_ids, *again], hints) if hints else {}
+        for rid in again:
+            if rid not in found or found[rid].error:
+                # Deleted, past retention, or ended with an error while kept aside.
+                state.held.pop(rid)
+        runs = [found[r] for r in [*new_ids, *again] if r in found and not found[r].error]
         cycle.considered = len(runs)
         judged = {
             str(fb.run_id)
@@ -285,17 +448,30 @@ class JudgeMonitor:
         }
         fresh = [r for r in runs if r.id not in judged]
         cycle.already_judged = len(runs) - len(fresh)
-        # A run still streaming has no outputs yet: a later cycle judges it once it ended.
+        for rid in judged:
+            state.held.pop(rid, None)
+        # A run still streaming has no outputs yet: kept aside, it is judged by a later
+        # cycle once it has ended (unless it never does).
         ended = [r for r in fresh if r.end_time is not None]
-        cycle.pending = len(fresh) - len(ended)
-        state_key = f"{STATE_PREFIX}{self.judge.config.name}:{project.id}"
-        failures = self._failures(state_key, {r.id for r in fresh})
-        cycle.given_up = [r.id for r in ended if failures.get(r.id, 0) >= MAX_ATTEMPTS]
+        running = [r for r in fresh if r.end_time is None]
+        stale = [r.id for r in running if r.start_time and r.start_time < now - PENDING_LIMIT]
+        for r in running:
+            if r.id not in stale:
+                state.hold(r)
+        cycle.pending = len(running) - len(stale)
+        tries = {rid: int(h.get("failed") or 0) for rid, h in state.held.items()}
+        cycle.given_up = [r.id for r in ended if tries.get(r.id, 0) >= MAX_ATTEMPTS] + stale
+        for rid in cycle.given_up:
+            state.held.pop(rid, None)
+        for rid in stale:
+            logger.warning("run %s still running %s after it started: given up", rid, PENDING_LIMIT)
         to_try = [r for r in ended if r.id not in cycle.given_up]
         sampled = [r for r in to_try if _sampled(r.id, self.sampling_rate, self._salt)]
         cycle.sampled_out = len(to_try) - len(sampled)
         chosen = [r for r in sampled if self.where is None or self.where(r)]
         cycle.filtered_out = len(sampled) - len(chosen)
+        for r in to_try:  # decided for good unless its judgment fails below
+            state.held.pop(r.id, None)
         # Off, the judge's own calls stay off LangSmith whatever the environment says (as
         # under `evaluate(upload_runs=False)`, `no_upload_when_local`).
         tracing = contextlib.nullcontext() if self.trace else rh.tracing_context(enabled=False)
@@ -311,8 +487,7 @@ class JudgeMonitor:
                 # Each verdict is written as soon as it is known: a cycle cut short (or a
                 # process killed) keeps what it wrote, and the next cycle skips those runs.
                 cycle.verdicts.append(_write_verdict(self.judge, self.client, run, outcome))
-                if failures.pop(run.id, None) is not None:
-                    self._save_failures(state_key, failures)
+        by_id = {r.id: r for r in chosen}
         # When every judgment failed on the provider (down, refusing for its rate limit),
         # the runs did nothing wrong: counting it would give them all up after a 3-cycle
         # outage. A run whose own judgment fails while others succeed counts.
@@ -324,19 +499,24 @@ class JudgeMonitor:
                 len(errors),
                 cycle.outage,
             )
+            for run_id in errors:
+                state.hold(by_id[run_id], failed=tries.get(run_id, 0))
         else:
             for run_id in errors:
-                failures[run_id] = failures.get(run_id, 0) + 1
+                failed = tries.get(run_id, 0) + 1
+                state.hold(by_id[run_id], failed=failed)
                 logger.warning(
                     "judging run %s failed (%d of %d tries%s): %s",
                     run_id,
-                    failures[run_id],
+                    failed,
                     MAX_ATTEMPTS,
-                    "" if failures[run_id] < MAX_ATTEMPTS else ", not tried again",
+                    "" if failed < MAX_ATTEMPTS else ", not tried again",
                     cycle.failed[run_id],
                 )
-            if errors:
-                self._save_failures(state_key, failures)
+        # Every run read is judged, decided, or kept aside: the cursor moves past them.
+        state.advance(page.positions, now)
+        with self.judge.memory.integration_state(state_key) as saved:
+            saved.set(state.dump())
         # In the runs' order (they were judged concurrently): the report, and which runs go
         # to review among equally sure verdicts, do not depend on which judgment ended first.
         order = {r.id: i for i, r in enumerate(chosen)}
@@ -345,23 +525,6 @@ class JudgeMonitor:
         to_review = self._pick_for_review(chosen, cycle.verdicts)
         if to_review:
             cycle.sent = self.queue.send(to_review, select="all").run_ids
-
-    def _failures(self, state_key: str, unjudged: set[str]) -> dict[str, int]:
-        """How many judgments of each run failed, for the runs still without a verdict.
-
-        Kept in the judge's memory, so that a restart (or cron's `--once`) counts them
-        too; runs judged since, or no longer among those read, are forgotten.
-        """
-        with self.judge.memory.integration_state(state_key) as saved:
-            stored: dict[str, int] = (saved.get() or {}).get("failed") or {}
-            kept = {r: n for r, n in stored.items() if r in unjudged}
-            if kept != stored:
-                saved.set({"failed": kept} if kept else None)
-        return kept
-
-    def _save_failures(self, state_key: str, failures: dict[str, int]) -> None:
-        with self.judge.memory.integration_state(state_key) as saved:
-            saved.set({"failed": failures} if failures else None)
 
     def _pick_for_review(
         self, runs: Sequence[RunRecord], verdicts: Sequence[Verdict]

@@ -3,7 +3,7 @@
 A memory folder is untrusted input, so the configuration stored in it is
 checked before use: its numbers must lie within `CONFIG_BOUNDS`
 (`check_config_bounds`), it must be a valid `JudgeConfig` (`_stored_config`; a
-configuration stored flat by earlier versions is read nested),
+configuration stored flat by earlier versions is read nested, `upgrade_stored_config`),
 and reopening a memory must not change what it is, its judge's name, scale
 and embeddings (`_check_identity`). Each failure is a `MemoryFormatError`
 naming the folder, or a `ValueError` for a new judge's arguments.
@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from langchain_memalign.config import JudgeConfig, nest_config
+from langchain_memalign.config import JudgeConfig, upgrade_stored_config
 from langchain_memalign.errors import MemoryFormatError
 
 # Bounds on the numbers of a judge configuration, by their place in it. A folder is
@@ -91,7 +91,7 @@ def check_config_bounds(values: Any, *, where: Any) -> None:
     """
     if not isinstance(values, dict):
         raise MemoryFormatError(f"{where}: meta.config is not an object")
-    values = nest_config(values)
+    values = upgrade_stored_config(values)
     for field, (low, high) in CONFIG_BOUNDS.items():
         v = _at(values, field)
         if v is _MISSING or (v is None and field in OPTIONAL):
@@ -108,7 +108,7 @@ def check_config_bounds(values: Any, *, where: Any) -> None:
 def _stored_config(stored: Any, folder: Any) -> JudgeConfig:
     check_config_bounds(stored, where=folder)
     try:
-        return JudgeConfig.model_validate(stored)
+        return JudgeConfig.model_validate(upgrade_stored_config(stored))
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"

@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_memalign._redact import redact_logs
+from langchain_memalign._redact import redact_logs, scrub_exception
 from langchain_memalign.errors import (
     MemAlignError,
     MemoryBusyError,
@@ -99,33 +99,58 @@ def _refused_by_client(error: BaseException) -> bool:
     return bool(_REFUSED_BY_CLIENT.match(text)) and "connection to server" not in text
 
 
-# What libpq says when the server refused to authenticate the role (SQLSTATE 28P01
-# invalid_password, 28000 invalid_authorization_specification), or when libpq
-# could not answer the server's request for a password.
+# Refusals no retry can fix, by SQLSTATE: the server refused to authenticate the role
+# (28P01 invalid_password, 28000 invalid_authorization_specification: no such role, no
+# pg_hba.conf entry, not permitted to log in), or has no such database (3D000).
+_AUTHENTICATION_STATES = frozenset({"28P01", "28000"})
+_NO_DATABASE_STATE = "3D000"
+# The same refusals in libpq's and the server's English words: psycopg gives no SQLSTATE
+# for a failed connection attempt (libpq keeps the server's error to itself), so this
+# is all there is to read then. A server whose messages are translated (`lc_messages`)
+# is not recognized by them; opening then waits `open_timeout` as for any other refusal.
 _AUTHENTICATION_REFUSED = re.compile(
     r"FATAL:.*(?:authentication failed|pg_hba\.conf|role \S+ does not exist|"
     r"not permitted to log in)|fe_sendauth:|password retrieved from file",
     re.IGNORECASE,
 )
+_NO_DATABASE = re.compile(r"FATAL:.*\bdatabase \".*\" does not exist")
 
 
-def _refused_authentication(error: BaseException | None) -> bool:
-    """Whether a failed connection attempt is the server refusing the URL's credentials.
+def _refusal(error: BaseException | None) -> str | None:
+    """Which refusal no retry can fix a failed connection is, if any.
 
-    psycopg gives no SQLSTATE for errors while connecting (libpq keeps the
-    server's 28P01 or 28000 to itself), only libpq's text; a server whose
-    messages are translated (`lc_messages`) is not recognized, and opening
-    then waits `open_timeout` as for any other refusal.
+    "authentication", "database" (no such database), or None (another failure:
+    retrying may help). Read from what is most reliable first: the SQLSTATE where
+    the driver gives one (an error after connecting; a future driver), then libpq's
+    own flag that the server asked for a password and none was given
+    (`needs_password`), then the words.
     """
-    return error is not None and bool(_AUTHENTICATION_REFUSED.search(str(error)))
+    if error is None:
+        return None
+    state = getattr(error, "sqlstate", None)
+    if state is not None:
+        if state in _AUTHENTICATION_STATES:
+            return "authentication"
+        return "database" if state == _NO_DATABASE_STATE else None
+    if getattr(getattr(error, "pgconn", None), "needs_password", False) is True:
+        return "authentication"
+    text = str(error)
+    if _AUTHENTICATION_REFUSED.search(text):
+        return "authentication"
+    return "database" if _NO_DATABASE.search(text) else None
 
 
-def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> Any:
+def _recording_connection_class(
+    psycopg: Any, target: PostgresTarget, refusals: list[tuple[str, BaseException]]
+) -> Any:
     """A connection class for the pool that keeps the connection errors no retry can fix.
 
     The pool retries every failed connection in its own threads and only logs
-    why; opening watches this list to give up at once on a URL libpq refuses
-    alone, or whose credentials the server refuses.
+    why; opening watches this list (of `(kind, error)`: "client", "authentication"
+    or "database") to give up at once on a URL libpq refuses alone, credentials the
+    server refuses, or a database it does not have. Every error leaves here without
+    the failed connection psycopg keeps on it (`scrub_exception`): the pool logs it,
+    and opening may chain it.
     """
 
     class RecordingConnection(psycopg.Connection):  # type: ignore[misc]
@@ -134,23 +159,32 @@ def _recording_connection_class(psycopg: Any, refusals: list[BaseException]) -> 
             try:
                 return super().connect(conninfo, **kwargs)
             except psycopg.Error as e:
-                if _refused_by_client(e) or _refused_authentication(e):
-                    refusals.append(e)
+                kind = "client" if _refused_by_client(e) else _refusal(e)
+                scrub_exception(e, target.conninfo)
+                # Opening reads the first; the pool keeps retrying for as long as it is
+                # open, and a server refusing for hours must not grow the list.
+                if kind is not None and not refusals:
+                    refusals.append((kind, e))
                 raise
 
     return RecordingConnection
 
 
-def _connect_error(psycopg: Any, target: PostgresTarget) -> BaseException | None:
-    """The error of one direct connection attempt (None if it connects)."""
+def _connect_error(psycopg: Any, target: PostgresTarget) -> tuple[BaseException | None, str | None]:
+    """The error of one direct connection attempt and its `_refusal` ((None, None): it connects).
+
+    The error is scrubbed of the failed connection psycopg keeps on it, once read.
+    """
     try:
         # libpq's connect_timeout is whole seconds, at least 2.
         timeout = max(2, min(10, int(target.open_timeout)))
         psycopg.connect(target.conninfo, connect_timeout=timeout).close()
     except psycopg.Error as e:
         error: BaseException = e
-        return error
-    return None
+        kind = _refusal(e)
+        scrub_exception(e, target.conninfo)
+        return error, kind
+    return None, None
 
 
 def _refused_by_server(error: BaseException | None) -> bool:
@@ -167,31 +201,49 @@ def _refused_by_server(error: BaseException | None) -> bool:
 
 
 def safe_cause(cause: BaseException, target: PostgresTarget) -> BaseException | None:
-    """`cause`, to chain an error to, unless a credential of `target` is in its chain.
+    """`cause`, to chain an error to, once no credential of `target` is left in its chain.
 
-    A traceback prints every exception of the chain: a driver's error that
-    quotes the URL would show its password there, even with our own message
-    redacted. Such a cause is not chained (`raise ... from None`; our message
-    says what it said, redacted); a clean one is kept for code that inspects it.
+    A traceback prints every exception of the chain, and code reads their attributes:
+    a driver's error that quotes the URL, or psycopg's that keeps the failed connection
+    (`e.pgconn`, the password among its options), would give the password away even
+    with our own message redacted. The chain is scrubbed in place (`scrub_exception`);
+    a cause it cannot clean is not chained (`raise ... from None`: our message says
+    what it said, redacted).
     """
-    seen: BaseException | None = cause
-    for _ in range(16):  # a chain, not a cycle
-        if seen is None:
-            break
-        text = f"{seen}{seen.args!r}"
-        if target.redact(text) != text:
-            return None
-        seen = seen.__cause__ or seen.__context__
-    return cause
+    return cause if scrub_exception(cause, target.conninfo) else None
+
+
+def _conninfo_value(target: PostgresTarget, key: str) -> str | None:
+    """A connection parameter of the URL as libpq reads it (None: not given)."""
+    psycopg, _ = _psycopg()
+    try:
+        value = psycopg.conninfo.conninfo_to_dict(target.conninfo).get(key)
+    except psycopg.Error:
+        return None
+    return None if value is None else str(value)
+
+
+def _refusal_error(target: PostgresTarget, kind: str, why: BaseException) -> MemAlignError:
+    """The documented error for a refusal no retry can fix (`_refusal`'s `kind`)."""
+    if kind == "authentication":
+        return _authentication_error(target, why)
+    if kind == "database":
+        # Without a database in the URL libpq connects to the one named as the user.
+        name = _conninfo_value(target, "dbname") or _conninfo_value(target, "user")
+        what = f"database {name!r}" if name else "the URL's database"
+        return MemoryFormatError(
+            f"{target.describe()}: {what} does not exist on the PostgreSQL server "
+            f"({target.redact(str(why).strip())}); create it (CREATE DATABASE) or fix the "
+            "database name in the URL (retrying cannot help)"
+        )
+    return MemoryFormatError(
+        f"{target.describe()}: malformed PostgreSQL URL ({target.redact(str(why))})"
+    )
 
 
 def _authentication_error(target: PostgresTarget, why: BaseException) -> MemoryPermissionError:
     """The error of a server that refused to authenticate the URL's role."""
-    psycopg, _ = _psycopg()
-    try:
-        role = psycopg.conninfo.conninfo_to_dict(target.conninfo).get("user")
-    except psycopg.Error:
-        role = None
+    role = _conninfo_value(target, "user")
     # Without a user in the URL libpq logs in as the operating system's user.
     who = f"role {role!r}" if role else "the URL's role"
     return MemoryPermissionError(
@@ -248,7 +300,7 @@ class PostgresBase(Store):
             raise MemoryFormatError(
                 f"{target.describe()}: malformed PostgreSQL URL ({target.redact(problem)})"
             )
-        refusals: list[BaseException] = []
+        refusals: list[tuple[str, BaseException]] = []
         self._pool: Any = None
         try:
             self._pool = psycopg_pool.ConnectionPool(
@@ -258,7 +310,7 @@ class PostgresBase(Store):
                 kwargs={"autocommit": True},
                 open=False,
                 name=f"memalign-{target.judge}",
-                connection_class=_recording_connection_class(psycopg, refusals),
+                connection_class=_recording_connection_class(psycopg, target, refusals),
                 configure=None if target.schema is None else self._use_schema,
             )
             self._open_pool(psycopg_pool.PoolTimeout, refusals)
@@ -270,9 +322,9 @@ class PostgresBase(Store):
             # The pool only logs why its connections failed: one direct attempt tells
             # a server that refuses this URL (no such database, authentication) from
             # one that cannot be reached.
-            why = _connect_error(psycopg, target)
-            if why is not None and _refused_authentication(why):
-                raise _authentication_error(target, why) from safe_cause(e, target)
+            why, kind = _connect_error(psycopg, target)
+            if why is not None and kind is not None:
+                raise _refusal_error(target, kind, why) from safe_cause(e, target)
             if _refused_by_server(why):
                 raise MemoryFormatError(
                     f"{target.describe()}: cannot connect to PostgreSQL ({target.redact(str(why))})"
@@ -293,25 +345,24 @@ class PostgresBase(Store):
         if self._pool is not None:
             self._pool.close()
 
-    def _open_pool(self, pool_timeout: type[Exception], refusals: list[BaseException]) -> None:
+    def _open_pool(
+        self, pool_timeout: type[Exception], refusals: list[tuple[str, BaseException]]
+    ) -> None:
         """Wait up to `open_timeout` for the pool's first connection.
 
-        The pool retries failed connections in the background; a URL that libpq
-        refuses without contacting a server (`sslmode=bogus`) is refused at once
-        with `MemoryFormatError` rather than after the whole wait.
+        The pool retries failed connections in the background; a refusal no retry
+        can fix is raised at once rather than after the whole wait: a URL that
+        libpq refuses without contacting a server (`sslmode=bogus`) and a database
+        the server does not have as `MemoryFormatError`, credentials it refuses as
+        `MemoryPermissionError` (`_refusal_error`).
         """
         target = self.target
         deadline = time.monotonic() + target.open_timeout
         self._pool.open(wait=False)
         while True:
             if refusals:
-                why = refusals[0]
-                if _refused_authentication(why):
-                    # A wrong password stays wrong: no retry until open_timeout.
-                    raise _authentication_error(target, why) from safe_cause(why, target)
-                raise MemoryFormatError(
-                    f"{target.describe()}: malformed PostgreSQL URL ({target.redact(str(why))})"
-                ) from safe_cause(why, target)
+                kind, why = refusals[0]
+                raise _refusal_error(target, kind, why) from safe_cause(why, target)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise pool_timeout(f"no connection within {target.open_timeout:g} s")

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import threading
 import uuid
 from collections.abc import Iterator
@@ -195,6 +196,103 @@ def remove_leftovers(folder: Path) -> list[str]:
                     p.unlink()
                 removed.append(p.name)
     return removed
+
+
+# What `os.link` fails with on a file system without hard links: the copy is then
+# renamed into place, and a memory created in the target meanwhile is replaced.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK})
+
+
+class MemoryFileAppeared(FileExistsError):
+    """An exclusive `place_memory_file` found a memory file put there meanwhile."""
+
+
+def place_memory_file(tmp: str, folder: Path, *, exclusive: bool) -> None:
+    """Put the complete memory file `tmp` at `folder / DB_FILE`, atomically.
+
+    `exclusive`: only if no memory file is there, decided as the file is put in place
+    (a hard link is created or not: `MemoryFileAppeared`, and `tmp` is left for the
+    caller to remove); else renamed over whatever is there. Either way a reader sees
+    the old file or the new one, never part of one.
+    """
+    dest = folder / DB_FILE
+    if exclusive:
+        try:
+            os.link(tmp, dest)
+        except FileExistsError as e:
+            raise MemoryFileAppeared(e.errno, e.strerror, str(dest)) from e
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINKS:
+                raise
+        else:
+            os.unlink(tmp)
+            return
+    os.replace(tmp, dest)
+
+
+@contextmanager
+def holding_memory_file(folder: Path) -> Iterator[str]:
+    """Hold the write lock of the memory file in `folder` while the block replaces it.
+
+    Yields what was found: "held" (the file is there, and no other connection can
+    write it until the block ends: SQLite's own write lock, which every writer of
+    the file takes, `save`s included), "absent" (no memory file: put one in place
+    with `exclusive`, see `place_memory_file`), or "unheld" (a file that cannot be
+    locked: not a database, read-only, a symbolic link; it is replaced unlocked).
+    The lock is taken on the file that is at the path once it is held: another save
+    may rename its copy over the file between opening and locking it, and the lock
+    of a file no longer there would keep no one out. Another connection holding
+    the lock past SQLite's busy timeout is `MemoryBusyError`.
+    """
+    path = folder / DB_FILE
+    conn: sqlite3.Connection | None = None
+    state = "unheld"
+    try:
+        for _ in range(16):
+            try:
+                before = os.lstat(path)
+            except FileNotFoundError:
+                state = "absent"
+                break
+            except OSError:
+                break
+            if not stat.S_ISREG(before.st_mode):
+                break
+            try:
+                # mode=rw: a lock on a file that does not exist would create it.
+                conn = sqlite3.connect(
+                    f"{path.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                refusal = storage_refusal(e, str(folder))
+                if isinstance(refusal, MemoryBusyError):
+                    raise refusal from e
+                break  # not a database, or read-only: the replacement decides
+            try:
+                after = os.lstat(path)
+            except FileNotFoundError:
+                after = None
+            if after is not None and (after.st_dev, after.st_ino) == (
+                before.st_dev,
+                before.st_ino,
+            ):
+                state = "held"
+                break
+            conn.close()  # replaced meanwhile: lock the file that is there now
+            conn = None
+        else:
+            raise MemoryBusyError(
+                f"{folder}: the memory file kept being replaced by other saves; try again"
+            )
+        yield state
+    finally:
+        if conn is not None:
+            conn.close()  # rolls the empty transaction back: the lock goes with it
 
 
 class StoreBase(Store):

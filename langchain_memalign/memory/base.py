@@ -397,16 +397,21 @@ class Store(ABC):
         """Every row of this memory, read at one version."""
 
     @abstractmethod
-    def replace_with(self, d: MemoryDump) -> None:
+    def replace_with(self, d: MemoryDump, check: Callable[[], None] | None = None) -> None:
         """Make this memory a copy of `d`, in one transaction (one new version).
 
         The memory id comes from `d` (when it has one); the version number
-        goes on from this memory's, so readers never see it go back.
+        goes on from this memory's, so readers never see it go back. `check`
+        runs first inside that transaction, once it holds the memory's write
+        lock, and may raise to replace nothing: what it reads cannot change
+        before the replacement (`save`'s check of what it replaces).
         """
 
     @abstractmethod
-    def backup_to(self, folder: Path) -> None:
+    def backup_to(self, folder: Path, *, exclusive: bool = False) -> None:
         """Write this memory into `folder` as a SQLite memory, atomically.
 
         Episode ids are kept, so an index built from either copy has the same ids.
+        `exclusive`: only if `folder` holds no memory file, checked as the file is
+        put in place (`FileExistsError` otherwise, with nothing written).
         """

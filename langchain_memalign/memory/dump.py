@@ -21,9 +21,9 @@ from typing import Any
 from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory._store_base import (
     _SCHEMA,
-    DB_FILE,
     INDEX_FILE,
     SCHEMA_VERSION,
+    place_memory_file,
     remove_leftovers,
 )
 
@@ -145,12 +145,13 @@ def write_sqlite(path: str, d: MemoryDump) -> None:
         conn.close()
 
 
-def write_sqlite_folder(folder: Path, d: MemoryDump) -> None:
+def write_sqlite_folder(folder: Path, d: MemoryDump, *, exclusive: bool = False) -> None:
     """Write a dump into `folder` as its SQLite memory, atomically.
 
     The file is written under a temporary name and renamed over the old one
     when complete, so a crash leaves the previous memory intact. The folder's
-    index cache, which describes other content, is deleted.
+    index cache, which describes other content, is deleted. `exclusive`: only
+    if the folder holds no memory file (`place_memory_file`).
     """
     folder.mkdir(parents=True, exist_ok=True)
     remove_leftovers(folder)
@@ -159,7 +160,7 @@ def write_sqlite_folder(folder: Path, d: MemoryDump) -> None:
     try:
         write_sqlite(tmp, d)
         fsync(tmp)
-        os.replace(tmp, folder / DB_FILE)
+        place_memory_file(tmp, folder, exclusive=exclusive)
         (folder / INDEX_FILE).unlink(missing_ok=True)
         fsync_dir(folder)
     except BaseException:

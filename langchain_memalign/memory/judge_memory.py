@@ -32,8 +32,8 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from langchain_memalign._text import render, stable_hash, truncate
-from langchain_memalign.config import JudgeConfig, config_with_overrides
-from langchain_memalign.errors import EmbeddingMismatchError, MemoryFormatError
+from langchain_memalign.config import JudgeConfig, config_with_overrides, upgrade_stored_config
+from langchain_memalign.errors import EmbeddingMismatchError, MemoryBusyError, MemoryFormatError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._config_checks import CONFIG_BOUNDS as CONFIG_BOUNDS
 from langchain_memalign.memory._config_checks import _check_identity, _stored_config
@@ -41,7 +41,11 @@ from langchain_memalign.memory._config_checks import check_config_bounds as chec
 from langchain_memalign.memory._files import write_atomic
 from langchain_memalign.memory._integration_state import _CORE_META
 from langchain_memalign.memory._integration_state import IntegrationState as IntegrationState
-from langchain_memalign.memory._store_base import os_error
+from langchain_memalign.memory._store_base import (
+    MemoryFileAppeared,
+    holding_memory_file,
+    os_error,
+)
 from langchain_memalign.memory._views import MemoryView as MemoryView
 from langchain_memalign.memory._views import PublishingMemory
 from langchain_memalign.memory._writes import MemoryWrite as MemoryWrite
@@ -129,7 +133,10 @@ class JudgeMemory(PublishingMemory):
             if stored is None:
                 raise MemoryFormatError(f"{where}: memory has no judge configuration")
             old = _stored_config(stored, where)
-            config = JudgeConfig.model_validate(config_with_overrides(stored, overrides))
+            # A configuration stored flat by earlier versions is overridden as read, nested.
+            config = JudgeConfig.model_validate(
+                config_with_overrides(upgrade_stored_config(stored), overrides)
+            )
             check_config_bounds(config.model_dump(mode="json"), where=None)
             _check_identity(old, config, where)
             memory = cls(store, embeddings, config)
@@ -200,13 +207,7 @@ class JudgeMemory(PublishingMemory):
     def _save_to_folder(self, target: Path, overwrite: bool) -> None:
         with self.write_lock:
             if not self.store.is_at(target):
-                if not overwrite and memory_exists(target):
-                    dest = open_store(target, create=False)
-                    try:
-                        self._check_replaceable(dest, overwrite)
-                    finally:
-                        dest.close()
-                self.store.backup_to(target)
+                self._replace_folder(target, overwrite)
             else:
                 remove_leftovers(target)
             identity = self.store.identity()
@@ -223,6 +224,29 @@ class JudgeMemory(PublishingMemory):
                 index = self.index
                 write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
 
+    def _replace_folder(self, target: Path, overwrite: bool) -> None:
+        """Make `target`'s memory file a copy of this memory, checked and replaced as one step.
+
+        The target's file stays write-locked from the check of what it holds to the
+        rename of the copy over it (`holding_memory_file`), so no other save or writer
+        comes between; a target without a memory file gets the copy only if none
+        appeared meanwhile (else it is checked like any other, and again).
+        """
+        for _ in range(8):
+            with holding_memory_file(target) as found:
+                if not overwrite and found != "absent" and memory_exists(target):
+                    dest = open_store(target, create=False)
+                    try:
+                        self._check_replaceable(dest, overwrite)
+                    finally:
+                        dest.close()
+                try:
+                    self.store.backup_to(target, exclusive=found == "absent")
+                except MemoryFileAppeared:
+                    continue  # another save put a memory there first: check that one
+                return
+        raise MemoryBusyError(f"{target}: other saves kept creating a memory there; try again")
+
     def _save_to_database(self, url: str, overwrite: bool) -> None:
         if self.store.is_at(url):
             return
@@ -230,8 +254,9 @@ class JudgeMemory(PublishingMemory):
             dump = self.store.dump()
             dest = open_store(url, create=True)
             try:
-                self._check_replaceable(dest, overwrite)
-                dest.replace_with(dump)
+                # Checked inside the replacing transaction, once it holds the judge's
+                # row: no other save or write of that judge comes between.
+                dest.replace_with(dump, check=lambda: self._check_replaceable(dest, overwrite))
             finally:
                 dest.close()
 

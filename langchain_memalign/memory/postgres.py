@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -300,13 +301,17 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
             ]
         return d
 
-    def replace_with(self, d: MemoryDump) -> None:
+    def replace_with(self, d: MemoryDump, check: Callable[[], None] | None = None) -> None:
         """Make this judge's memory a copy of `d`, in one transaction (one new version).
 
         Rows of the old content are deleted (their episode ids recorded as
         removed, so processes with this judge open drop them from their index).
+        `check` runs first, inside the transaction, once it has locked the judge's
+        row (which every write of this judge locks first): see `Store.replace_with`.
         """
         with self.transaction() as conn:
+            if check is not None:
+                check()
             seq = self._seq()
             conn.execute(
                 "INSERT INTO memalign_removed_episodes(judge, seq, episode_id) "
@@ -366,10 +371,10 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
                     (d.meta["memory_id"], self.judge),
                 )
 
-    def backup_to(self, folder: Path) -> None:
+    def backup_to(self, folder: Path, *, exclusive: bool = False) -> None:
         """Write this judge's memory into `folder` as a SQLite memory, atomically.
 
         Episode ids are kept as the SQLite row ids, so an index built from
-        either copy has the same ids.
+        either copy has the same ids. `exclusive`: see `Store.backup_to`.
         """
-        write_sqlite_folder(folder, self.dump())
+        write_sqlite_folder(folder, self.dump(), exclusive=exclusive)

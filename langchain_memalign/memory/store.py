@@ -26,6 +26,7 @@ import os
 import sqlite3
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from langchain_memalign.errors import (
@@ -48,6 +49,7 @@ from langchain_memalign.memory._store_base import (
     StoreBase,
     _connect,
     encode_feedback,
+    place_memory_file,
     remove_leftovers,
     sqlite_error,
     storage_refusal,
@@ -219,15 +221,18 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
         with self.consistent(), self._reading("the memory"):
             return dump_sqlite(self._conn)
 
-    def replace_with(self, d: MemoryDump) -> None:
+    def replace_with(self, d: MemoryDump, check: Callable[[], None] | None = None) -> None:
         """Make this memory a copy of `d`, in one transaction (one new version).
 
         The format version and the version number stay this memory's; the
         memory id comes from `d` when it has one. Episode ids and history
-        numbers are kept as `d` has them.
+        numbers are kept as `d` has them. `check` runs first, inside the
+        transaction (which holds the write lock): see `Store.replace_with`.
         """
         own = ("schema_version", "change_seq", "content_version", "memory_id")
         with self.transaction() as conn:
+            if check is not None:
+                check()
             # Every episode (row ids start at 1): readers of older versions keep them.
             self._remember(conn, "e.rowid > ?", [0])
             # The others go by cascade; the series' align marks go with no feedback.
@@ -241,12 +246,13 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
 
     # -- snapshots -----------------------------------------------------------------
 
-    def backup_to(self, folder: Path) -> None:
+    def backup_to(self, folder: Path, *, exclusive: bool = False) -> None:
         """Write a consistent copy of the database into `folder`, atomically.
 
         The copy goes to a temporary file in the same folder and is renamed
         over the old one only when complete, so a crash leaves the previous
         memory intact (and the next open or save removes the temporary file).
+        `exclusive`: see `Store.backup_to`.
         """
         folder.mkdir(parents=True, exist_ok=True)
         remove_leftovers(folder)
@@ -262,7 +268,7 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
             finally:
                 dest.close()
             fsync(tmp)
-            os.replace(tmp, folder / DB_FILE)
+            place_memory_file(tmp, folder, exclusive=exclusive)
             fsync_dir(folder)
         except sqlite3.Error as e:
             Path(tmp).unlink(missing_ok=True)

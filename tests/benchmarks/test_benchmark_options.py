@@ -1,4 +1,5 @@
-"""Benchmarks name judge options flat on their command lines; the judge takes them nested."""
+"""Benchmarks name judge options by their dotted place on their command lines; the judge
+takes them nested."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import quality
 import rules
+import scenario
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from harness.options import judge_kwargs, option_value
 
@@ -22,10 +24,11 @@ from langchain_memalign import JudgeOptions
 MODELS = (ScriptedChatModel(responder=RoleResponder()), None, HashEmbeddings())
 
 
-def test_flat_names_become_keywords_and_nested_options() -> None:
+def test_dotted_names_become_keywords_and_nested_options() -> None:
     kwargs = judge_kwargs(
-        {"k": 0, "reuse_expert_verdicts": False, "judge_prompt": "checklist"},
-        {"validate_guidelines": "off", "validation.max_calls": 3, "reflection": "pairs"},
+        {"k": 0, "retrieval.reuse_expert_verdicts": False, "prompt.layout": "checklist"},
+        {"validation.mode": "off", "validation.max_calls": 3, "max_retries": 1},
+        {"reflection": {"mode": "pairs"}},  # nested, as `scenario.py --options` may be
     )
     assert kwargs == {
         "k": 0,
@@ -33,37 +36,55 @@ def test_flat_names_become_keywords_and_nested_options() -> None:
             "retrieval": {"reuse_expert_verdicts": False},
             "prompt": {"layout": "checklist"},
             "validation": {"mode": "off", "max_calls": 3},
+            "max_retries": 1,
             "reflection": {"mode": "pairs"},
         },
     }
     assert judge_kwargs({}) == {}
-    assert option_value({"validate_require_fix": True}, "validate_require_fix") is True
-    assert option_value({"validation.require_fix": True}, "validate_require_fix") is True
-    assert option_value({}, "validate_require_fix", False) is False
-    with pytest.raises(ValidationError, match="judge_promt"):
-        JudgeOptions.model_validate(judge_kwargs({"judge_promt": "plain"})["options"])
+    assert option_value({"validation.require_fix": True}, "validation.require_fix") is True
+    assert option_value({"validation": {"require_fix": True}}, "validation.require_fix") is True
+    assert option_value({}, "validation.require_fix", False) is False
+    with pytest.raises(ValidationError, match="prompt.layot"):
+        JudgeOptions.model_validate(judge_kwargs({"prompt.layot": "plain"})["options"])
+
+
+@pytest.mark.parametrize(
+    ("name", "place"),
+    [("validate_guidelines", "validation.mode"), ("judge_prompt", "prompt.layout")],
+)
+def test_a_flat_name_on_a_command_line_is_the_judge_error_naming_its_place(
+    name: str, place: str
+) -> None:
+    ap: Any = SimpleNamespace(error=pytest.fail)
+    args = SimpleNamespace(judge_options=dict([rules._option(f"{name}=off", ap)]))
+    domain = SimpleNamespace(name="d", criterion="{inputs} {outputs}")
+    with pytest.raises(ValidationError, match=rf"'{name}'; did you mean {place}\?"):
+        rules.Bench(args, MODELS).new_judge(domain, {})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", sorted(quality.ABLATIONS))
 def test_every_quality_ablation_is_a_valid_judge(name: str) -> None:
     args = SimpleNamespace(
         k=5, episode_max_chars=900, embed_max_chars=1500, reflect_batch_size=8,
-        judge_options={"judge_prompt": "plain"},
+        judge_options={"prompt.layout": "plain"},
     )  # fmt: skip
     spec = SimpleNamespace(name="j", instructions="{inputs} {outputs}", scale="pairwise")
     judge = quality.Bench(args, MODELS).new_judge(spec, quality.ABLATIONS[name])  # type: ignore[arg-type]
     options = judge.config.options
     assert options.retrieval.reuse_expert_verdicts is False
-    flat = quality.ABLATIONS[name]
-    (key, value), *_ = flat.items()
-    assert option_value(flat, key) == value
+    assert options.retrieval.episode_max_chars == 900 and options.reflection.batch_size == 8
+    ablation = quality.ABLATIONS[name]
+    (key, value), *_ = ablation.items()
+    assert option_value(ablation, key) == value
+    group, field = key.split(".")
+    assert getattr(getattr(options, group), field) == value  # reached the judge
     judge.close()
 
 
 def test_a_rules_ablation_command_line_reaches_the_judge() -> None:
     ap: Any = SimpleNamespace(error=pytest.fail)
-    name, opts = rules._ablation("plain:judge_prompt=plain;reflection=pairs;k=2", ap)
-    args = SimpleNamespace(judge_options=dict([rules._option("validate_require_fix=true", ap)]))
+    name, opts = rules._ablation("plain:prompt.layout=plain;reflection.mode=pairs;k=2", ap)
+    args = SimpleNamespace(judge_options=dict([rules._option("validation.require_fix=true", ap)]))
     domain = SimpleNamespace(name="d", criterion="{inputs} {outputs}")
     judge = rules.Bench(args, MODELS).new_judge(domain, opts)  # type: ignore[arg-type]
     assert name == "plain" and judge.config.k == 2
@@ -72,6 +93,27 @@ def test_a_rules_ablation_command_line_reaches_the_judge() -> None:
     assert options.validation.require_fix is True
     assert options.retrieval.reuse_expert_verdicts is False
     judge.close()
+
+
+def test_scenario_options_json_reaches_the_judge(monkeypatch: pytest.MonkeyPatch) -> None:
+    # scenario.py builds its judge on the local servers; the judge it would build is checked
+    made: dict[str, Any] = {}
+
+    def fake_judge(**kwargs: Any) -> Any:
+        made.update(kwargs)
+        return SimpleNamespace()
+
+    monkeypatch.setattr(scenario, "MemAlignJudge", fake_judge)
+    args = SimpleNamespace(
+        options='{"validation.require_fix": true, "retrieval": {"min_similarity": 0.5}}',
+        k=5, chat_model="m", chat_url="http://x/v1", embedding_model="e",
+        emb_url="http://x/v1", max_tokens=10, instructions="{inputs} {outputs}",
+    )  # fmt: skip
+    scenario.make_judge(args)  # type: ignore[arg-type]
+    options = JudgeOptions.model_validate(made["options"])
+    assert options.validation.require_fix is True and options.retrieval.min_similarity == 0.5
+    assert options.retrieval.reuse_expert_verdicts is False and made["k"] == 5
+    assert option_value(scenario.judge_options(args), "validation.require_fix") is True  # type: ignore[arg-type]
 
 
 def test_rules_merge_joins_domains_of_one_repeat_and_keeps_repeats_apart(tmp_path: Path) -> None:

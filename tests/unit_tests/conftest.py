@@ -11,7 +11,6 @@ because this file puts `tests/` on `sys.path`.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,17 +81,13 @@ TEST_OPTIONS: dict[str, Any] = {
     # them, and the CLI, example and LangSmith tests run them at the package's default.
     "checks": {"mode": "off"},
 }
-# The constructor's own parameters; every other keyword of `make_judge` is an option.
-JUDGE_PARAMS = frozenset(inspect.signature(MemAlignJudge.__init__).parameters) - {"self"}
 
 
 @pytest.fixture
 def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
-    """A judge on the fake models: `make_judge(k=2, validate_guidelines="all")`.
+    """A judge on the fake models: `make_judge(k=2, options={"validation": {"mode": "all"}})`.
 
-    Options may be given flat, by their names of earlier versions, as hundreds of tests
-    do (`config.LEGACY_OPTIONS` maps them), or as `options={...}`; both go over
-    `TEST_OPTIONS`, group by group.
+    Takes the constructor's keywords; `options` go over `TEST_OPTIONS`, group by group.
     """
 
     def make(**kwargs: Any) -> MemAlignJudge:
@@ -104,9 +99,8 @@ def make_judge(model: ScriptedChatModel, embeddings: HashEmbeddings) -> Any:
             "scale": bool,
             "k": 3,
         }
-        flat = {k: kwargs.pop(k) for k in list(kwargs) if k not in JUDGE_PARAMS}
         options = merge_options(TEST_OPTIONS, options_mapping(kwargs.pop("options", None)))
-        args.update(kwargs, options=merge_options(options, flat))
+        args.update(kwargs, options=options)
         return MemAlignJudge(**args)
 
     return make

@@ -129,7 +129,7 @@ def test_unalign_unknown_ids_is_an_error_and_removes_nothing(make_judge: Any) ->
 
 
 def test_failed_reflection_is_kept_pending_and_retried(make_judge: Any, responder: Any) -> None:
-    judge = make_judge(max_retries=1)
+    judge = make_judge(options={"max_retries": 1})
     responder.fail_reflect = True
     with pytest.raises(ReflectionError, match="sweater") as exc:
         judge.align([SWEATER, HOURS])
@@ -145,7 +145,7 @@ def test_failed_reflection_is_kept_pending_and_retried(make_judge: Any, responde
 def test_failed_reflection_can_be_reported_instead_of_raised(
     make_judge: Any, responder: Any
 ) -> None:
-    judge = make_judge(max_retries=0)
+    judge = make_judge(options={"max_retries": 0})
     responder.fail_reflect = True
     report = judge.align([SWEATER], raise_on_failure=False)
     assert report.failed == ["sweater"] and report.errors
@@ -163,7 +163,7 @@ def test_one_failed_batch_does_not_drop_the_others(make_judge: Any, model: Any) 
         return original(messages)
 
     model.responder = flaky
-    judge = make_judge(reflect_batch_size=1, max_retries=0)
+    judge = make_judge(options={"reflection": {"batch_size": 1}, "max_retries": 0})
     report = judge.align([SWEATER, HOURS, RUDE], raise_on_failure=False)
     assert report.failed == ["rude"]
     assert {s for g in judge.guidelines for s in g.source_ids} == {"sweater", "hours"}
@@ -183,7 +183,7 @@ def test_consolidation_keeps_union_of_provenance(make_judge: Any) -> None:
         fb(f"f{i}", f"question {i}", "answer", True, f"Specific rule number {i} " + "word " * 30)
         for i in range(6)
     ]
-    judge = make_judge(guideline_token_budget=100, reflect_batch_size=3)
+    judge = make_judge(options={"reflection": {"guideline_token_budget": 100, "batch_size": 3}})
     report = judge.align(items)
     assert len(judge.guidelines) == 1
     assert judge.guidelines[0].text == "Consolidated rule."
@@ -208,7 +208,7 @@ def test_judgments_stay_within_guideline_budget(make_judge: Any, model: Any) -> 
         return original(messages)
 
     model.responder = no_merge
-    judge = make_judge(guideline_token_budget=60)
+    judge = make_judge(options={"reflection": {"guideline_token_budget": 60}})
     judge.align(items)
     assert sum(g.tokens for g in judge.guidelines) > 60
     result = judge.invoke({"inputs": "topic3 question", "outputs": "another answer"})

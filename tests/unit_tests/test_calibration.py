@@ -128,7 +128,7 @@ def test_align_grades_each_case_as_unseen_and_judgments_use_the_experts_score(
 
 
 def test_without_calibration_nothing_is_graded_or_remapped(numeric: Any, model: Any) -> None:
-    judge = numeric(calibrate_scores=False)
+    judge = numeric(options={"calibration": {"enabled": False}})
     report = judge.align(items(2, 2, 2, 3))
     assert judge_calls(model) == 0 and report.calibration is None
     result = judge.invoke({"inputs": "a new question", "outputs": "a new answer"})
@@ -144,7 +144,7 @@ def test_a_bool_judge_spends_no_call_on_calibration(make_judge: Any, model: Any)
 
 
 def test_the_budget_caps_the_gradings(numeric: Any, model: Any) -> None:
-    judge = numeric(calibrate_max_calls=2)
+    judge = numeric(options={"calibration": {"max_calls": 2}})
     report = judge.align(items(2, 2, 2, 3))
     assert judge_calls(model) == 2
     assert report.calibration is not None
@@ -219,7 +219,7 @@ def test_a_failed_grading_keeps_no_pair_and_says_so(numeric: Any, model: Any) ->
         return {"guidelines": []}
 
     model.responder = respond  # before the judge binds the model
-    judge = numeric(max_retries=0)
+    judge = numeric(options={"max_retries": 0})
     report = judge.align(items(2, 2, 2, 3))
     assert report.calibration is not None
     assert report.calibration.graded == ["c0", "c2", "c3"]
@@ -233,7 +233,9 @@ def test_a_failed_grading_keeps_no_pair_and_says_so(numeric: Any, model: Any) ->
 def test_calibrate_grades_every_stored_case_with_the_memory_as_it_is(
     numeric: Any, model: Any
 ) -> None:
-    judge = numeric(calibrate_max_calls=0)  # align keeps no pair: a memory from before
+    judge = numeric(
+        options={"calibration": {"max_calls": 0}}
+    )  # align keeps no pair: a memory from before
     judge.align(items(2, 2, 2, 3))
     assert judge_calls(model) == 0 and not judge.memory.calibration.pairs
     report = judge.calibrate()
@@ -256,7 +258,7 @@ def test_calibrate_refuses_unknown_ids_and_scales_it_does_not_calibrate(
         judge.calibrate("c0")
     assert judge_calls(model) == calls  # nothing graded
     with pytest.raises(ValueError, match="score calibration is off"):
-        numeric(calibrate_scores=False).calibrate()
+        numeric(options={"calibration": {"enabled": False}}).calibrate()
     with pytest.raises(ValueError, match="up to 11 values, not a pass/fail scale"):
         make_judge().calibrate()
 
@@ -273,7 +275,7 @@ def test_the_comment_says_why_the_score_differs(numeric: Any) -> None:
 
 def test_a_judgment_that_shows_a_past_case_is_not_calibrated(make_judge: Any, model: Any) -> None:
     model.responder = always(3)
-    judge = make_judge(scale=(1, 5), k=3, reuse_expert_verdicts=False)
+    judge = make_judge(scale=(1, 5), k=3, options={"retrieval": {"reuse_expert_verdicts": False}})
     judge.align(items(2, 2, 2, 3))  # every grading showed past cases: no pair kept
     mem = judge.memory
     with mem.write() as w:

@@ -70,3 +70,47 @@ def test_quickstart_runs_on_a_base_url_without_a_key(monkeypatch: pytest.MonkeyP
         args.chat_model, args.embedding_model, base_url=args.base_url, api_key=None
     )  # without a key the OpenAI client would raise: a placeholder key is given
     assert model is not None and embeddings is not None
+
+
+@pytest.fixture
+def _local_langsmith(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No LangSmith settings of the machine's leak into an example's local stand-in."""
+    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_ENDPOINT",
+                 "LANGSMITH_WORKSPACE_ID", "LANGSMITH_PROJECT"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("_local_langsmith")
+def test_production_watch_runs_offline_and_judges_every_run_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import time
+
+    example = load_example("production_watch")
+    # CPU time, not wall time: a busy test machine must not fail the minute it promises.
+    started = time.process_time()
+    out = example.main(["--offline"])
+    assert time.process_time() - started < 60
+    printed = capsys.readouterr().out
+    assert "Local LangSmith stand-in at http://127.0.0.1:" in printed
+    first, second, *_ = out["cycles"]
+    assert (len(first.verdicts), first.left) == (4, 2)
+    assert "4 of 4 runs judged" in printed and "2 left for the next cycle" in printed
+    assert second.accuracy == 0.5 and "judge agreed with 50% before learning" in printed
+    # Every run, both waves, judged exactly once; the last cycle found nothing new.
+    assert out["once"] and sorted(out["verdicts"]) == sorted(out["cases"])
+    assert set(out["verdicts"].values()) == {1} and len(out["cases"]) == 10
+    assert "Verdicts in LangSmith: 10 on 10 runs, each judged exactly once." in printed
+    assert out["cycles"][-1].considered == 0
+    # What the reviewers taught it shows on the runs judged afterwards.
+    assert out["second_wave_right"] == 4
+
+
+def test_production_watch_says_how_to_run_offline_without_a_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit) as exc:
+        load_example("production_watch").main([])
+    assert exc.value.code == 2 and "Pass --offline" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import MemAlignJudge
 from langchain_memalign._text import fair_shares, render_within, tidy_rationale, truncate_middle
-from langchain_memalign.config import JudgeConfig
+from langchain_memalign.config import JudgeConfig, upgrade_stored_config
 from langchain_memalign.graphs.judge import split_outputs, swap_outputs
 from langchain_memalign.graphs.reflect import mixed_batches
 from langchain_memalign.memory.store import DB_FILE
@@ -51,7 +51,9 @@ def test_pairwise_judges_both_orders(
         judge_rule=lambda case, memory: {"rationale": "Compared.", "score": rule(case)}
     )
     model = ScriptedChatModel(responder=responder)
-    judge = make_judge(model=model, scale="pairwise", pairwise_mode="both_orders")
+    judge = make_judge(
+        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "both_orders"}}
+    )
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
     assert out["value"] == expected
     assert out["metadata"]["position_consistent"] is consistent
@@ -66,7 +68,9 @@ def test_pairwise_judges_both_orders(
 async def test_pairwise_both_orders_async(make_judge: Any) -> None:
     responder = RoleResponder(judge_rule=lambda case, memory: {"rationale": "x", "score": "A"})
     judge = make_judge(
-        model=ScriptedChatModel(responder=responder), scale="pairwise", pairwise_mode="both_orders"
+        model=ScriptedChatModel(responder=responder),
+        scale="pairwise",
+        options={"prompt": {"pairwise_mode": "both_orders"}},
     )
     out = await judge.ainvoke({"inputs": "Q", "outputs": ["one", "two"]})
     assert out["value"] == "tie" and out["metadata"]["pairwise_orders"] == ["A", "B"]
@@ -92,7 +96,9 @@ def test_pairwise_separate_rates_each_output_alone(
     make_judge: Any, outputs: Any, expected: str, ratings: list[int]
 ) -> None:
     model = ScriptedChatModel(responder=RoleResponder(judge_rule=rate_alone))
-    judge = make_judge(model=model, scale="pairwise", pairwise_mode="separate")
+    judge = make_judge(
+        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "separate"}}
+    )
     out = judge.invoke({"inputs": "Q", "outputs": outputs})
     assert out["value"] == expected
     assert out["metadata"]["pairwise_ratings"] == ratings
@@ -103,7 +109,9 @@ def test_pairwise_separate_rates_each_output_alone(
 async def test_pairwise_separate_async_and_unsplittable_outputs(make_judge: Any) -> None:
     responder = RoleResponder(judge_rule=rate_alone)
     judge = make_judge(
-        model=ScriptedChatModel(responder=responder), scale="pairwise", pairwise_mode="separate"
+        model=ScriptedChatModel(responder=responder),
+        scale="pairwise",
+        options={"prompt": {"pairwise_mode": "separate"}},
     )
     out = await judge.ainvoke({"inputs": "Q", "outputs": {"x": "good", "y": "bad"}})
     assert out["value"] == "A" and out["metadata"]["pairwise_ratings"] == [8, 3]
@@ -124,7 +132,9 @@ def test_pairwise_separate_shows_past_comparisons_and_guidelines(make_judge: Any
         return {"rationale": "r", "score": 6}
 
     model = ScriptedChatModel(responder=RoleResponder(judge_rule=rule))
-    judge = make_judge(model=model, scale="pairwise", pairwise_mode="separate")
+    judge = make_judge(
+        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "separate"}}
+    )
     past = fb("p1", "Shorten: the meeting", {"response_1": "short", "response_2": "long"}, "A",
               "The shorter rewrite keeps the meaning.")  # fmt: skip
     judge.align([past])
@@ -148,7 +158,9 @@ def test_pairwise_separate_rating_out_of_range_is_retried(make_judge: Any) -> No
             judge_rule=lambda case, memory: {"rationale": "r", "score": next(answers)}
         )
     )
-    judge = make_judge(model=model, scale="pairwise", pairwise_mode="separate")
+    judge = make_judge(
+        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "separate"}}
+    )
     out = judge.invoke({"inputs": "Q", "outputs": ["one", "two"]})
     assert out["metadata"]["pairwise_ratings"] == [7, 2] and out["value"] == "A"
     assert len(model.calls) == 3  # the 11 was refused and asked again
@@ -162,11 +174,13 @@ def test_split_outputs_and_the_legacy_pairwise_flag() -> None:
     base = {"name": "p", "instructions": "{outputs}", "scale": "pairwise"}
 
     def mode(**kw: Any) -> str:
-        return JudgeConfig(**base, **kw).options.prompt.pairwise_mode
+        return JudgeConfig(**upgrade_stored_config({**base, **kw})).options.prompt.pairwise_mode
 
     assert mode(pairwise_both_orders=False) == "one_order"
     assert mode(pairwise_both_orders=True) == "both_orders"
     assert mode() == "separate"
+    with pytest.raises(ValueError, match="did you mean options.prompt.pairwise_mode"):
+        JudgeConfig(**base, pairwise_both_orders=True)  # given, not stored: refused
     with pytest.raises(ValueError, match="pairwise_mode"):
         JudgeConfig(**base, options={"prompt": {"pairwise_mode": "sideways"}})
 

@@ -130,7 +130,7 @@ def test_consolidation_leaves_pinned_and_added_rules_alone(make_judge: Any) -> N
         fb(f"f{i}", f"question {i}", "answer", True, f"Specific rule number {i} " + "word " * 30)
         for i in range(6)
     ]
-    judge = make_judge(guideline_token_budget=100, reflect_batch_size=3)
+    judge = make_judge(options={"reflection": {"guideline_token_budget": 100, "batch_size": 3}})
     judge.align(items[:2])
     first = judge.guidelines[0]
     judge.rules.pin(first.id, author="dana")
@@ -142,7 +142,7 @@ def test_consolidation_leaves_pinned_and_added_rules_alone(make_judge: Any) -> N
 
 
 def test_validation_never_checks_a_pinned_rule(make_judge: Any) -> None:
-    judge = make_judge(validate_guidelines="all")
+    judge = make_judge(options={"validation": {"mode": "all"}})
     judge.align(COLD)
     cold = rule_with_text(judge, "Rule: Cold reply.")
     judge.rules.pin(cold.id, author="dana")

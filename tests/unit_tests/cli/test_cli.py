@@ -289,6 +289,13 @@ def test_align_in_batches_names_each_step_as_it_runs(env: Env) -> None:
     )
     assert any(ln.startswith("aligning 1-2 of 3: validate done (") for ln in first)
     assert any(ln.startswith("aligning 3-3 of 3: reflect done (1 model call") for ln in lines)
+    # Checks: the step, and a line for each candidate tested with its agreement.
+    assert "aligning 3-3 of 3: checks..." in lines
+    assert any(
+        re.match(r"aligning 3-3 of 3: checks: g-\w+ agrees with the experts on \d+ of", ln)
+        for ln in lines
+    )
+    assert any(ln.startswith("aligning 3-3 of 3: checks done (") for ln in lines)
     code, _, err = env.run("align", env.feedback, "--no-progress")
     assert code == EXIT_OK and "aligning" not in err
 
@@ -764,26 +771,26 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     assert "known keys: mode, require_fix, max_calls" in err
 
 
-def test_the_judge_file_reads_the_flat_option_keys_of_earlier_versions(env: Env) -> None:
+def test_a_flat_option_key_in_the_judge_file_is_an_error_naming_its_place(env: Env) -> None:
     env.config.write_text(
-        CONFIG + 'source_support = "off"\nmin_episode_similarity_with_rationale = 0.5\n'
-        'judge_prompt = "checklist"\nvalidate_guidelines = "off"\nreuse_expert_verdicts = false\n'
-        'reflection = "pairs"\nmax_retries = 3\n'
+        CONFIG + 'judge_prompt = "checklist"\nreuse_expert_verdicts = false\nmax_retries = 3\n'
+        'reflection = "pairs"\n'
     )
-    assert env.run("create")[0] == EXIT_OK
-    options = memory_summary(env.tmp / "mem")["config"]["options"]
-    assert options["reflection"]["source_support"] is None  # "off"
-    assert options["retrieval"]["min_similarity_with_rationale"] == 0.5
-    # "off" turns off an option whose None means off; it is a value of the validation mode
-    assert options["prompt"]["layout"] == "checklist" and options["validation"]["mode"] == "off"
-    assert options["retrieval"]["reuse_expert_verdicts"] is False
-    assert options["reflection"]["mode"] == "pairs" and options["max_retries"] == 3
-    env.config.write_text(CONFIG + 'pairwise_mode = "sometimes"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "pairwise_mode (options.prompt.pairwise_mode)" in err
-    env.config.write_text(CONFIG + 'min_episode_similarity = "never"\n')
+    assert code == EXIT_USAGE, err
+    assert "judge_prompt: unknown option; did you mean options.prompt.layout?" in err
+    assert (
+        "reuse_expert_verdicts: unknown option; did you mean "
+        "options.retrieval.reuse_expert_verdicts?" in err
+    )
+    assert "max_retries: unknown option; did you mean options.max_retries?" in err
+    assert "reflection: unknown option; did you mean options.reflection.mode?" in err
+    assert not (env.tmp / "mem").exists()  # nothing was created
+    # in the options table, a flat name is named with its place in that table
+    env.config.write_text(BASE_CONFIG + '[options]\nvalidate_guidelines = "all"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "min_episode_similarity" in err
+    assert code == EXIT_USAGE
+    assert "options: unknown option 'validate_guidelines'; did you mean validation.mode?" in err
 
 
 # -- judge files and models --------------------------------------------------------------------
@@ -1032,8 +1039,9 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     calls = len(env.model.calls)
     code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once", "--json")
     cycle = json.loads(out)
-    assert code == EXIT_OK and cycle["verdicts"] == [] and cycle["already_judged"] == 3
-    assert len(env.model.calls) == calls
+    # The next cycle reads on from where the last stopped (its cursor, in the memory).
+    assert code == EXIT_OK and cycle["verdicts"] == [] and cycle["considered"] == 0
+    assert cycle["left"] == 0 and len(env.model.calls) == calls
 
     def evaluators() -> bool:
         return any(langsmith.sessions[r["session_id"]]["name"] == "evaluators"
@@ -1043,10 +1051,37 @@ def test_watch_judges_new_runs_once_and_resumes(env: Env, langsmith: Any) -> Non
     assert not evaluators()
     ended_run("Is it gift-wrapped?")
     code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once", "--trace")
-    assert code == EXIT_OK and "1 of 4 runs judged (3 already" in out, err
+    assert code == EXIT_OK and "1 of 1 runs judged (0 already" in out, err
     assert langsmith.wait_for(evaluators, timeout=30)
     code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--sampling-rate", "2")
     assert code == EXIT_USAGE and "sampling_rate must be within 0 and 1" in err
+
+
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_watch_since_backfills_from_a_date_or_a_span(env: Env, langsmith: Any) -> None:
+    project = langsmith.add_project("support-bot")
+    three_days_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    langsmith.add_run(
+        session_id=project["id"], inputs={"question": "Where is my order?"},
+        outputs={"answer": "Shipped."}, start_time=three_days_ago.isoformat(),
+        end_time=(three_days_ago + dt.timedelta(seconds=2)).isoformat(),
+    )  # fmt: skip
+    env.created()
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
+    assert code == EXIT_OK and "0 of 0 runs judged" in out, err  # a day back by default
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once",
+                             "--since", "7d")  # fmt: skip
+    assert code == EXIT_OK and "1 of 1 runs judged" in out, err
+    day = (three_days_ago - dt.timedelta(days=1)).date().isoformat()
+    code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once",
+                             "--since", day, "--json")  # fmt: skip
+    cycle = json.loads(out)  # a new --since restarts reading there: judged already
+    assert code == EXIT_OK and (cycle["considered"], cycle["already_judged"]) == (1, 1)
+    code, _, err = env.run("watch", "--langsmith-project", "support-bot", "--since", "soon")
+    assert code == EXIT_USAGE and "'soon' is neither a date nor a span" in err
 
 
 def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -> None:
@@ -1066,12 +1101,41 @@ def test_export_langsmith_creates_the_evaluator_once(env: Env, langsmith: Any) -
     )  # fmt: skip
     report = json.loads(out)
     assert code == EXIT_OK and report["changed"] is False and report["rule_id"] == rule["id"]
-    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
-    assert code == EXIT_FAILED and "cannot export to LangSmith project 'nope'" in err
     code, _, err = env.run(
         "export", "langsmith", "--langsmith-project", "support-bot", "--sampling-rate", "2"
     )
     assert code == EXIT_USAGE and "sampling_rate must be from 0 to 1" in err
+
+
+def test_export_langsmith_says_what_to_fix_without_a_key_or_with_an_unknown_project(
+    env: Env, langsmith: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    langsmith.add_project("support-bot")
+    env.created()
+    before = len(langsmith.requests)
+    # A typo in the project's name is the user's to fix (2), named; nothing is written.
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "nope")
+    assert code == EXIT_USAGE and "LangSmith has no project named 'nope'" in err, err
+    assert not langsmith.platform.rules and not langsmith.datasets
+    assert all(r.method == "GET" for r in langsmith.requests[before:])
+    # No key: refused before any call, naming the endpoint it would have called.
+    for name in ("LANGSMITH_API_KEY", "LANGCHAIN_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    before = len(langsmith.requests)
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
+    assert code == EXIT_USAGE and "no LangSmith API key: set LANGSMITH_API_KEY" in err, err
+    assert "LangSmithConnectionError" not in err and langsmith.url in err
+    # None of this call's: a request of the first call's client may still land (its
+    # background thread, on a loaded machine), but it carries that call's key and project.
+    late = langsmith.requests[before:]
+    assert not any(not r.headers.get("x-api-key") or "support-bot" in str(r.query) for r in late)
+    # An endpoint that does not answer is a failed export (1), named.
+    monkeypatch.setenv("LANGSMITH_API_KEY", "test")
+    monkeypatch.setenv("LANGSMITH_ENDPOINT", "http://127.0.0.1:9")
+    code, _, err = env.run("export", "langsmith", "--langsmith-project", "support-bot")
+    assert code == EXIT_FAILED and "cannot export to LangSmith project 'support-bot'" in err
+    code, out, _ = env.run("export", "langsmith", "--help")
+    assert "Exit status:" in out and "no LangSmith API key, an unknown project" in out
 
 
 @pytest.mark.filterwarnings(
@@ -1103,7 +1167,7 @@ def test_watch_exits_1_when_a_judgment_failed(env: Env, langsmith: Any) -> None:
     assert code == EXIT_FAILED and len(json.loads(out)["failed"]) == 1
     env.responder.judge_rule = empathy_rule  # the model answers properly now
     code, out, err = env.run("watch", "--langsmith-project", "support-bot", "--once")
-    assert code == EXIT_OK and "1 of 2 runs judged (1 already" in out, err
+    assert code == EXIT_OK and "1 of 1 runs judged (0 already" in out, err  # the retried one
     code, out, _ = env.run("watch", "--help")
     assert "Exit status:" in out and "a judgment or a reflection failed" in out
 

@@ -93,7 +93,7 @@ def test_batch_alone_reflects_on_new_and_pending_items_with_a_rationale(
     make_judge: Any, responder: Any
 ) -> None:
     responder.fail_reflect = True
-    judge = make_judge(max_retries=0)
+    judge = make_judge(options={"max_retries": 0})
     judge.align([SWEATER], raise_on_failure=False)
     assert judge.memory.pending_ids() == ["sweater"]
     quiet = HOURS.model_copy(update={"rationale": None})
@@ -122,7 +122,7 @@ def test_reflect_alone(make_judge: Any, model: Any) -> None:
 
 def test_reflect_failure_is_recorded_not_raised(make_judge: Any, responder: Any) -> None:
     responder.fail_reflect = True
-    out = nodes_of(make_judge(max_retries=0)).reflect({"batch": [SWEATER]}, {})
+    out = nodes_of(make_judge(options={"max_retries": 0})).reflect({"batch": [SWEATER]}, {})
     assert out["failed"] == ["sweater"] and out["reflections"][0].error
     assert "reflection on feedback ['sweater'] failed" in out["errors"][0]
 
@@ -148,7 +148,7 @@ def test_merge_alone_stores_episodes_and_guidelines_in_one_embedding_call(
 
 
 def test_consolidate_alone(make_judge: Any) -> None:
-    judge = make_judge(guideline_token_budget=50)
+    judge = make_judge(options={"reflection": {"guideline_token_budget": 50}})
     nodes = nodes_of(judge)
     reflections = [
         ReflectionResult([f.id], [Proposal(f"Rule about {f.id} " + "x " * 40, [f.id])])

@@ -381,3 +381,43 @@ def test_numeric_scale_gives_the_source_cases_score(
                  for f in TRAIN])  # fmt: skip
     assert judge.invoke(NEW_COLD)["score"] == 1
     assert judge.invoke(NEW_WARM)["score"] == 5
+
+
+def test_each_candidate_test_is_a_step_of_the_align_trace(
+    make_judge: Any, responder: RoleResponder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_core.tracers.langchain import LangChainTracer
+    from langsmith import Client
+    from langsmith_server import LangSmithTestServer
+
+    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
+    judge = make_judge(options={"checks": ON})
+    with LangSmithTestServer() as server:
+        client = Client(api_url=server.url, api_key="test")
+        tracer = LangChainTracer(client=client, project_name="aligning")
+        report = judge.align(TRAIN, config={"callbacks": [tracer]})
+        tracer.wait_for_futures()
+        client.flush()
+        client.close(timeout=5)
+        runs = list(server.runs.values())
+    by_id = {r["id"]: r for r in runs}
+    steps = [r for r in runs if r["name"] == "test_check"]
+    assert steps and all(by_id[s["parent_run_id"]]["name"] == "checks" for s in steps)
+    kept = next(c for c in report.checks if c.action in ("written", "rephrased"))
+    # Each step shows the rules and questions it tested, and how they agreed.
+    assert any(
+        kept.rule_id in s["inputs"]["rules"] and s["outputs"].get(kept.rule_id) == kept.agreement
+        for s in steps
+    )
+    assert all(s["inputs"]["questions"] for s in steps)
+    # The questions asked are model calls inside the steps.
+    assert any(r["run_type"] == "llm" and _has_ancestor(r, "test_check", by_id) for r in runs)
+
+
+def _has_ancestor(run: dict[str, Any], name: str, by_id: dict[str, Any]) -> bool:
+    parent = by_id.get(run.get("parent_run_id"))
+    while parent is not None:
+        if parent["name"] == name:
+            return True
+        parent = by_id.get(parent.get("parent_run_id"))
+    return False

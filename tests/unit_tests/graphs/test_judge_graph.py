@@ -88,7 +88,7 @@ def test_embed_case_embeds_the_same_text_as_stored_episodes(
 
 
 def test_embed_inputs_outputs_option(make_judge: Any, embeddings: Any) -> None:
-    judge = make_judge(embed="inputs_outputs")
+    judge = make_judge(options={"retrieval": {"embed": "inputs_outputs"}})
     judge.align([HOURS])
     assert embeddings.texts[0] == f"{HOURS.inputs}\n{HOURS.outputs}"
 
@@ -115,7 +115,8 @@ def test_min_episode_similarity_leaves_out_unrelated_past_cases(make_judge: Any)
     assert every[0].similarity > floor > every[1].similarity
     judge.close()
     gated = make_judge(
-        k=3, min_episode_similarity=floor, min_episode_similarity_with_rationale=floor
+        k=3,
+        options={"retrieval": {"min_similarity": floor, "min_similarity_with_rationale": floor}},
     )
     gated.align([SWEATER, HOURS, RUDE])
     assert [ep.feedback_id for ep in gated.memory.retrieve(query)] == [every[0].feedback_id]
@@ -129,7 +130,7 @@ def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> No
     bare = [fb.model_copy(update={"id": f"bare-{fb.id}", "rationale": None}) for fb in
             (SWEATER, RUDE)]  # fmt: skip
     cases = [SWEATER, HOURS, RUDE, *bare]
-    judge = make_judge(k=5, min_episode_similarity=0.99)
+    judge = make_judge(k=5, options={"retrieval": {"min_similarity": 0.99}})
     judge.align(cases)
     query = judge.memory.embed(["What are your opening hours on Saturday?"])[0]
     shown = {ep.feedback_id for ep in judge.memory.retrieve(query)}
@@ -137,7 +138,7 @@ def test_past_cases_with_a_rationale_have_their_own_floor(make_judge: Any) -> No
     assert shown == {"sweater", "hours", "rude"}
     judge.close()
     strict = make_judge(
-        k=5, min_episode_similarity=None, min_episode_similarity_with_rationale=0.99
+        k=5, options={"retrieval": {"min_similarity": None, "min_similarity_with_rationale": 0.99}}
     )
     strict.align(cases)
     assert {ep.feedback_id for ep in strict.memory.retrieve(query)} == {
@@ -177,12 +178,15 @@ def test_the_default_floors_depend_on_the_scale_and_the_rationale(make_judge: An
     assert shown["categorical"] == ((0.9, 0.9), [])
     # a floor given explicitly is kept
     kept = make_judge(
-        scale=(1, 5), min_episode_similarity=0.5, min_episode_similarity_with_rationale="auto"
+        scale=(1, 5),
+        options={"retrieval": {"min_similarity": 0.5, "min_similarity_with_rationale": "auto"}},
     )
     assert kept.config.options.retrieval.min_similarity == 0.5
     assert kept.config.options.retrieval.min_similarity_with_rationale == 0.9
-    kept = make_judge(scale=bool, min_episode_similarity="auto",
-                      min_episode_similarity_with_rationale=0.9)  # fmt: skip
+    kept = make_judge(
+        scale=bool,
+        options={"retrieval": {"min_similarity": "auto", "min_similarity_with_rationale": 0.9}},
+    )
     retrieval = kept.config.options.retrieval
     assert (retrieval.min_similarity, retrieval.min_similarity_with_rationale) == (0.9, 0.9)
     # JudgeOptions itself leaves them "auto": the judge's scale decides
@@ -199,7 +203,7 @@ def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
 
 
 def test_judge_node_puts_working_memory_in_a_delimited_section(make_judge: Any, model: Any) -> None:
-    judge = make_judge(judge_prompt="plain")
+    judge = make_judge(options={"prompt": {"layout": "plain"}})
     judge.align([SWEATER])
     nodes = JudgeNodes(judge.memory, judge.model)
     episodes = judge.memory.retrieve(judge.memory.embed([SWEATER.inputs])[0])
@@ -242,7 +246,7 @@ def test_turns_prompt_puts_guidelines_in_system_and_past_cases_as_turns(
 def test_the_verdict_order_is_the_same_in_the_prompt_the_schema_and_past_answers(
     make_judge: Any, model: Any, order: str
 ) -> None:
-    judge = make_judge(verdict_order=order)
+    judge = make_judge(options={"prompt": {"verdict_order": order}})
     judge.align([SWEATER, HOURS])
     result = judge.invoke(CASE)
     msgs = model.calls[-1]
@@ -257,23 +261,26 @@ def test_the_verdict_order_is_the_same_in_the_prompt_the_schema_and_past_answers
     assert isinstance(result["score"], bool) and result["comment"]
 
 
+CHECKLIST = {"layout": "checklist"}
+
+
 @pytest.mark.parametrize(
-    ("options", "score_first"),
+    ("scale", "prompt", "score_first"),
     [
-        ({"scale": (1, 5)}, True),  # "auto": numeric scales give the score first
-        ({}, False),  # bool
-        ({"scale": ["good", "bad"]}, False),
-        ({"scale": "pairwise"}, False),
-        ({"scale": (1, 5), "judge_prompt": "checklist"}, False),  # reasons first, always
-        ({"scale": (1, 5), "judge_prompt": "checklist", "verdict_order": "score_first"}, False),
-        ({"verdict_order": "score_first"}, True),
-        ({"scale": (1, 5), "verdict_order": "rationale_first"}, False),
+        ((1, 5), {}, True),  # "auto": numeric scales give the score first
+        (bool, {}, False),
+        (["good", "bad"], {}, False),
+        ("pairwise", {}, False),
+        ((1, 5), CHECKLIST, False),  # reasons first, always
+        ((1, 5), {**CHECKLIST, "verdict_order": "score_first"}, False),
+        (bool, {"verdict_order": "score_first"}, True),
+        ((1, 5), {"verdict_order": "rationale_first"}, False),
     ],
 )
 def test_which_comes_first_by_scale_and_option(
-    make_judge: Any, options: dict[str, Any], score_first: bool
+    make_judge: Any, scale: Any, prompt: dict[str, Any], score_first: bool
 ) -> None:
-    judge = make_judge(**options)
+    judge = make_judge(scale=scale, options={"prompt": prompt})
     assert judge.memory.config.score_first is score_first
     schema = JudgeNodes(judge.memory, judge.model).verdict.schema.model_json_schema()
     first = "score" if score_first else "rationale"
@@ -282,7 +289,9 @@ def test_which_comes_first_by_scale_and_option(
 
 @pytest.mark.parametrize("style", ["turns", "plain"])
 def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any, style: str) -> None:
-    judge = make_judge(episode_max_chars=200, judge_prompt=style)
+    judge = make_judge(
+        options={"retrieval": {"episode_max_chars": 200}, "prompt": {"layout": style}}
+    )
     long = SWEATER.model_copy(update={"id": "long", "outputs": "blah " * 500})
     judge.align([long])
     judge.invoke(CASE)
@@ -302,7 +311,11 @@ def test_a_long_past_case_shows_every_field_and_both_ends(
     # dialogue's first lines: neither the last question nor the rubric the score means.
     # Checks off: a check's question call would be the last call, not the judge prompt.
     judge = make_judge(
-        episode_max_chars=900, judge_prompt=style, options={"checks": {"mode": "off"}}
+        options={
+            "retrieval": {"episode_max_chars": 900},
+            "prompt": {"layout": style},
+            "checks": {"mode": "off"},
+        }
     )
     dialogue = "User: first question. " + "Assistant: a long answer. " * 60 + "User: LAST QUESTION?"
     case = SWEATER.model_copy(
@@ -390,7 +403,7 @@ def test_conflicting_experts_leave_the_case_to_the_model(make_judge: Any, model:
 
 
 def test_reusing_expert_verdicts_can_be_turned_off(make_judge: Any, model: Any) -> None:
-    judge = make_judge(reuse_expert_verdicts=False)
+    judge = make_judge(options={"retrieval": {"reuse_expert_verdicts": False}})
     judge.align([SWEATER])
     calls = len(model.calls)
     result = judge.invoke({"inputs": SWEATER.inputs, "outputs": SWEATER.outputs})
@@ -416,7 +429,7 @@ def test_show_other_answers_off_leaves_out_another_answer_to_the_same_question(
     case = {"inputs": SWEATER.inputs, "outputs": "Sorry! Here is a refund."}
     shown = {}
     for option in (True, False):
-        judge = make_judge(k=3, show_other_answers=option)
+        judge = make_judge(k=3, options={"retrieval": {"show_other_answers": option}})
         judge.align([good, bad, HOURS])
         nodes = JudgeNodes(judge.memory, judge.model)
         vec = nodes.embed_case(dict(case))["query_vector"]

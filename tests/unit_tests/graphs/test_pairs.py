@@ -69,7 +69,7 @@ def test_pairwise_cases_are_reflected_alone(make_judge: Any) -> None:
 def test_align_reflects_once_per_pair_and_cites_both_cases(
     make_judge: Any, responder: Any, embeddings: Any
 ) -> None:
-    judge = make_judge(reflection="pairs")
+    judge = make_judge(options={"reflection": {"mode": "pairs"}})
     before = embeddings.calls
     report = judge.align([REFUND_BAD, SHIP_BAD, REFUND_OK, SHIP_OK])
     assert responder.roles.count("pair") == 2 and "reflect" not in responder.roles
@@ -84,7 +84,7 @@ def test_align_reflects_once_per_pair_and_cites_both_cases(
 def test_a_stored_partner_is_shown_but_not_reflected_again(
     make_judge: Any, model: Any, responder: Any
 ) -> None:
-    judge = make_judge(reflection="pairs")
+    judge = make_judge(options={"reflection": {"mode": "pairs"}})
     judge.align([REFUND_OK])
     judge.align([REFUND_BAD])
     assert responder.roles.count("pair") == 2  # one for each align
@@ -110,8 +110,8 @@ def test_a_pairs_rule_has_its_pair_as_sources_whatever_the_support_threshold(
     for reflection, kept in (("pairs", True), ("batch", False)):
         judge = make_judge(
             model=ScriptedChatModel(responder=rule_in_other_words),
-            reflection=reflection,
-            source_support=0.9,  # no rationale is that close to the rule's words
+            # no rationale is that close to the rule's words
+            options={"reflection": {"mode": reflection, "source_support": 0.9}},
         )
         report = judge.align([REFUND_BAD, REFUND_OK])
         assert bool(judge.guidelines) is kept, reflection
@@ -127,7 +127,9 @@ def test_a_rule_that_echoes_the_request_is_not_kept(make_judge: Any, responder: 
             return {"rule": "The output must not do what, so that it applies to other cases too."}
         return responder(messages)
 
-    judge = make_judge(model=ScriptedChatModel(responder=echo), reflection="pairs")
+    judge = make_judge(
+        model=ScriptedChatModel(responder=echo), options={"reflection": {"mode": "pairs"}}
+    )
     report = judge.align([REFUND_BAD, REFUND_OK])
     assert judge.guidelines == [] and report.failed == []
     assert judge.memory.store.pending_reflection() == []  # reflected on, nothing to learn

@@ -171,7 +171,11 @@ def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_ju
         str(UPSET.rationale): [0.95, 0.2, 0.0],
         str(CALM.rationale): [0.1, 1.0, 0.0],
     }
-    judge = make_judge(model=model, embeddings=TableEmbeddings(table), source_support=0.4)
+    judge = make_judge(
+        model=model,
+        embeddings=TableEmbeddings(table),
+        options={"reflection": {"source_support": 0.4}},
+    )
     report = judge.align([UPSET, CALM])
     assert [(g.text, g.source_ids) for g in judge.guidelines] == [(rule, ("upset",))]
     assert {(r.text, r.reason) for r in report.guidelines_rejected} == {
@@ -218,7 +222,11 @@ def test_unalign_keeps_a_rule_the_remaining_feedback_supports(make_judge: Any) -
         str(CALM.rationale): [0.1, 1.0, 0.0],
     }
     model = proposing((rule, [UPSET, upset2, CALM]))
-    judge = make_judge(model=model, embeddings=TableEmbeddings(table), source_support=0.4)
+    judge = make_judge(
+        model=model,
+        embeddings=TableEmbeddings(table),
+        options={"reflection": {"source_support": 0.4}},
+    )
     judge.align([UPSET, upset2, CALM])
     [g] = judge.guidelines
     assert set(g.source_ids) == {"upset", "upset2"}
@@ -258,7 +266,7 @@ def test_align_rejects_a_guideline_about_one_case_topic(make_judge: Any) -> None
     judge = make_judge(
         model=proposing((topic, [a]), (rule, [a])),
         embeddings=TableEmbeddings(table, default=[0.0, 0.0, 0.0, 1.0]),
-        source_support=0.4,
+        options={"reflection": {"source_support": 0.4}},
     )
     report = judge.align([a, b, c])
     assert [g.text for g in judge.guidelines] == [rule]
@@ -295,7 +303,7 @@ def test_align_rejects_a_guideline_about_one_question_answered_several_times(
     judge = make_judge(
         model=proposing((topic, [answers[0]]), (rule, [answers[0]])),
         embeddings=TableEmbeddings(table, default=[0.0, 0.0, 1.0]),
-        source_support=0.4,
+        options={"reflection": {"source_support": 0.4}},
     )
     report = judge.align([*answers, other])
     assert [g.text for g in judge.guidelines] == [rule]

@@ -13,6 +13,8 @@ from fakes import RoleResponder, ScriptedChatModel, handles_of
 
 from langchain_memalign.feedback import Feedback
 
+from langchain_memalign.config import merge_options
+
 UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
            "Open with an apology when the customer is upset.")  # fmt: skip
 CALM = fb("calm", "What time do you close?", "We close at six.", True, "Direct answer.")
@@ -39,7 +41,7 @@ def make(
     make_judge: Any,
     proposal: tuple[str, Feedback] = (BROAD, UPSET),
     rule: Callable[[str, str], Any] = judge_rule,
-    **options: Any,
+    options: dict[str, Any] | None = None,
 ) -> tuple[Any, RoleResponder, ScriptedChatModel]:
     """A judge whose reflection proposes `proposal` (text, source) and whose grading
     follows `rule` (by default `judge_rule`)."""
@@ -53,7 +55,9 @@ def make(
         return responder(messages)
 
     model = ScriptedChatModel(responder=respond)
-    judge = make_judge(model=model, validate_guidelines="sources", **options)
+    judge = make_judge(
+        model=model, options=merge_options({"validation": {"mode": "sources"}}, options or {})
+    )
     return judge, responder, model
 
 
@@ -100,7 +104,9 @@ def test_a_break_that_does_not_happen_again_is_not_counted(make_judge: Any) -> N
 
 
 def test_breaks_are_not_graded_again_past_the_call_budget(make_judge: Any) -> None:
-    judge, _, model = make(make_judge, validate_max_calls=6)  # the first grading's 6 calls
+    judge, _, model = make(
+        make_judge, options={"validation": {"max_calls": 6}}
+    )  # the first grading's 6 calls
     report = judge.align([UPSET, CALM, CALM2])
     [check] = report.validation
     assert sorted(check.broken) == ["calm", "calm2"] and check.unconfirmed == []
@@ -121,13 +127,13 @@ def test_a_guideline_that_fixes_as_many_as_it_breaks_is_kept(make_judge: Any) ->
 def test_require_fix_drops_a_tie_and_keeps_its_narrowing_only_if_that_fixes_more(
     make_judge: Any,
 ) -> None:
-    judge, responder, _ = make(make_judge, validate_require_fix=True)
+    judge, responder, _ = make(make_judge, options={"validation": {"require_fix": True}})
     report = judge.align([UPSET, CALM])  # fixes upset, breaks calm: kept by default
     [check] = report.validation
     assert check.fixed == ["upset"] and check.broken == ["calm"]
     assert check.action == "dropped" and judge.guidelines == []
 
-    judge, responder, _ = make(make_judge, validate_require_fix=True)
+    judge, responder, _ = make(make_judge, options={"validation": {"require_fix": True}})
     responder.narrowed_text = NARROW  # fixes upset and breaks nothing
     report = judge.align([UPSET, CALM])
     assert report.validation[0].action == "narrowed"
@@ -144,7 +150,9 @@ def test_require_fix_drops_a_guideline_that_changes_nothing_without_narrowing(
     assert (check.fixed, check.broken, check.action) == ([], [], "kept")  # the default
     assert [g.text for g in judge.guidelines] == [polite]
 
-    judge, _, model = make(make_judge, proposal=(polite, CALM), validate_require_fix=True)
+    judge, _, model = make(
+        make_judge, proposal=(polite, CALM), options={"validation": {"require_fix": True}}
+    )
     report = judge.align([CALM, CALM2])
     [check] = report.validation
     assert (check.fixed, check.broken, check.action) == ([], [], "dropped")
@@ -178,7 +186,7 @@ def test_a_narrowing_that_restates_a_case_is_dropped_without_grading(make_judge:
 
 
 def test_validation_respects_its_call_budget(make_judge: Any) -> None:
-    judge, _, model = make(make_judge, validate_max_calls=2)
+    judge, _, model = make(make_judge, options={"validation": {"max_calls": 2}})
     report = judge.align([UPSET, CALM, CALM2])
     [check] = report.validation
     assert check.cases == ["upset"] and check.fixed == ["upset"] and check.action == "kept"
@@ -187,7 +195,7 @@ def test_validation_respects_its_call_budget(make_judge: Any) -> None:
 
 
 def test_validation_off_spends_nothing(make_judge: Any) -> None:
-    judge, _, model = make(make_judge, validate_max_calls=0)
+    judge, _, model = make(make_judge, options={"validation": {"max_calls": 0}})
     report = judge.align([UPSET, CALM])
     assert report.validation == [] and judge_calls(model) == 0
     judge2, _, model2 = make(make_judge)
@@ -196,7 +204,7 @@ def test_validation_off_spends_nothing(make_judge: Any) -> None:
 
 
 def test_validate_all_checks_every_seen_case(make_judge: Any) -> None:
-    judge, _, _ = make(make_judge, validate_max_calls=100)
+    judge, _, _ = make(make_judge, options={"validation": {"max_calls": 100}})
     judge.memory.config.options.validation.mode = "all"
     extra = [fb(f"c{i}", f"Question {i}?", "Answer.", True, "Fine.") for i in range(4)]
     report = judge.align([UPSET, CALM, CALM2, *extra])
@@ -238,7 +246,8 @@ def test_a_case_validation_cannot_grade_is_reported_not_counted(make_judge: Any)
 def test_neighbors_with_other_scores_are_checked_at_the_default_floors(make_judge: Any) -> None:
     # the floors are for judgments; a guideline is never a near duplicate of a case
     judge, _, _ = make(
-        make_judge, min_episode_similarity=0.9, min_episode_similarity_with_rationale=0.9
+        make_judge,
+        options={"retrieval": {"min_similarity": 0.9, "min_similarity_with_rationale": 0.9}},
     )
     [check] = judge.align([UPSET, CALM, CALM2]).validation
     assert check.cases[0] == "upset" and sorted(check.cases[1:]) == ["calm", "calm2"]
@@ -255,7 +264,9 @@ def test_the_nearest_non_sources_are_checked_whatever_their_score(make_judge: An
         return RoleResponder(judge_rule=judge_rule)(messages)
 
     happy = fb("happy", "Thanks, all good!", "Glad to help.", True, "Friendly answer.")
-    judge = make_judge(model=ScriptedChatModel(responder=respond), validate_guidelines="sources")
+    judge = make_judge(
+        model=ScriptedChatModel(responder=respond), options={"validation": {"mode": "sources"}}
+    )
     [check] = judge.align([UPSET, CALM, CALM2, happy]).validation
     assert check.cases[:2] == ["upset", "calm"] and sorted(check.cases[2:]) == ["calm2", "happy"]
     # BROAD fails every case: it fixes "upset" and breaks the three calm ones

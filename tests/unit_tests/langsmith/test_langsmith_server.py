@@ -118,6 +118,42 @@ def test_runs_direct_create_update_read_and_cursor_pages(
     assert [r.id for r in filtered] == [ids[3]]
 
 
+def test_run_queries_order_and_select_as_documented(server: LangSmithTestServer) -> None:
+    import datetime as dt
+
+    project = server.add_project("ordered")
+    start = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    ids = [
+        server.add_run(
+            session_id=project["id"], start_time=(start + dt.timedelta(seconds=i)).isoformat()
+        )["id"]
+        for i in range(6)
+    ]
+    c = _make_client(server)
+    # v1: newest first unless order="asc" (the SDK's read_thread passes it); only what is
+    # selected comes back.
+    assert [str(r.id) for r in c.list_runs(project_id=project["id"])] == ids[::-1]
+    asc = list(c.list_runs(project_id=project["id"], order="asc",
+                           select=["id", "name", "run_type", "start_time"]))  # fmt: skip
+    assert [str(r.id) for r in asc] == ids and asc[0].outputs is None and asc[0].inputs == {}
+    with pytest.raises(Exception, match="422 Client Error"):
+        list(c.list_runs(project_id=project["id"], order="up"))
+    # v2: no order parameter; "unordered" serves one unrelated to time, stable over pages.
+    api = c._get_langsmith_api_sync()
+    window = {"min_start_time": start, "max_start_time": start + dt.timedelta(minutes=1)}
+
+    def v2() -> list[str]:
+        return [str(r.id) for r in api.runs.query_v2(project_ids=[project["id"]], **window)]
+
+    assert v2() == ids[::-1]
+    server.v2_run_order = "unordered"
+    assert sorted(v2()) == sorted(ids) and v2() not in (ids, ids[::-1]) and v2() == v2()
+    with pytest.raises(Exception, match="page_size must be between 1 and 1000"):
+        list(api.runs.query_v2(project_ids=[project["id"]], page_size=5000, **window))
+    with pytest.raises(ValueError, match="unknown v2_run_order"):
+        LangSmithTestServer(v2_run_order="random")
+
+
 def test_traced_runs_go_through_multipart_after_flush(
     client: Client, server: LangSmithTestServer
 ) -> None:

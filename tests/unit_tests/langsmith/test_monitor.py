@@ -100,28 +100,37 @@ def test_a_cycle_judges_new_runs_once_and_queues_the_least_sure(
     assert len(first.sent) == 2 and set(first.sent) <= set(ids)
     assert "4 of 4 runs judged" in first.summary() and "2 sent for review" in first.summary()
 
-    # A restart (a new monitor) judges only what is new: nothing twice.
+    # A restart (a new monitor) reads on from where the last cycle stopped (the cursor is
+    # kept in the judge's memory): only what is new, nothing twice.
     calls = len(model.calls)
     new = add_runs(server, ["polite sizes"])
     again = JudgeMonitor(judge, client, project="prod", review_limit=2).run_once()
     assert [v.run_id for v in again.verdicts] == new
-    assert again.already_judged == 4 and len(model.calls) == calls + 1
+    assert (again.considered, again.already_judged) == (1, 0) and len(model.calls) == calls + 1
     assert sorted(verdict_runs(server)) == sorted(ids + new)
 
 
 def test_sampling_is_decided_by_the_run_and_holds_across_restarts(
-    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
 ) -> None:
     ids = add_runs(server, [f"polite answer {i}" for i in range(12)])
     first = JudgeMonitor(judge, client, project="prod", sampling_rate=0.5, seed=3).run_once()
     judged = {v.run_id for v in first.verdicts}
     assert 0 < len(judged) < 12 and first.sampled_out == 12 - len(judged)
+    # A restart reads on from its cursor: the runs left out are not read again.
     second = JudgeMonitor(judge, client, project="prod", sampling_rate=0.5, seed=3).run_once()
-    assert second.verdicts == [] and second.sampled_out == 12 - len(judged)
-    assert second.already_judged == len(judged) and set(verdict_runs(server)) == judged
+    assert second.verdicts == [] and second.considered == 0
+
+    def afresh() -> MemAlignJudge:  # the same judge with a memory that holds no cursor
+        return MemAlignJudge(KEY, "Helpful?\n{inputs}\n{outputs}", model, HashEmbeddings())
+
+    # Read again from the start, they are left out again: decided by the run, not a draw.
+    third = JudgeMonitor(afresh(), client, project="prod", sampling_rate=0.5, seed=3).run_once()
+    assert third.verdicts == [] and third.sampled_out == 12 - len(judged)
+    assert third.already_judged == len(judged) and set(verdict_runs(server)) == judged
     # `where` narrows what is judged; the sampled-out runs come back when sampling is off.
     only = JudgeMonitor(
-        judge, client, project="prod", where=lambda r: r.inputs == {"q": "polite answer 3"}
+        afresh(), client, project="prod", where=lambda r: r.inputs == {"q": "polite answer 3"}
     ).run_once()
     remaining = [i for i in ids if i not in judged]
     expected = [ids[3]] if ids[3] in remaining else []
@@ -257,7 +266,8 @@ def test_a_failed_judgment_names_its_run_and_spares_the_others_then_is_retried_a
     # memory: cron's --once counts them as well)...
     judged = roles.count("judge")
     second = JudgeMonitor(judge, client, project="prod").run_once()
-    assert second.verdicts == [] and list(second.failed) == [bad] and second.already_judged == 3
+    assert second.verdicts == [] and list(second.failed) == [bad]
+    assert (second.considered, second.already_judged) == (1, 0)  # only the run to retry
     assert roles.count("judge") > judged
     third = monitor.run_once()
     assert list(third.failed) == [bad] and third.given_up == []
@@ -283,9 +293,10 @@ def test_a_judgment_that_fails_once_is_written_by_the_next_cycle(
     second = monitor.run_once()
     assert [v.run_id for v in second.verdicts] == [ids[1]] and second.failed == {}
     assert sorted(verdict_runs(server)) == sorted(ids)
-    # Its failure is forgotten with its verdict: nothing is left in the judge's memory.
+    # Its failure is forgotten with its verdict: the watch keeps no run aside any more.
     project = server.add_project("prod")["id"]
-    assert judge.memory.store.get_meta(f"{monitor_module.STATE_PREFIX}{KEY}:{project}") is None
+    state = judge.memory.store.get_meta(f"{monitor_module.STATE_PREFIX}{KEY}:{project}")
+    assert state["held"] == {}
 
 
 @pytest.mark.parametrize(
@@ -336,9 +347,10 @@ def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_c
     second = monitor.run_once()
     assert [v.run_id for v in second.verdicts] == running and second.pending == 0
     assert any("Refunds take 5 days." in str(call) for call in model.calls)
-    # The errored run is never judged.
+    # The errored run is never judged (nor read: the cursor has passed the others).
     assert sorted(verdict_runs(server)) == sorted(ended + running)
-    assert monitor.run_once().considered == 2
+    third = monitor.run_once()
+    assert (third.considered, third.verdicts) == (0, [])
 
 
 def test_each_verdict_is_written_once_known_so_a_kill_while_judging_loses_none(
@@ -477,3 +489,191 @@ def test_runs_started_before_their_project_are_read(
     assert sorted(v.run_id for v in written) == sorted(early + late)
     sent = monitor.queue.send(project="prod")
     assert set(late) <= set(sent.run_ids) and set(sent.run_ids) <= set(early + late)
+
+
+# -- a persistent cursor (issue 46, R4) ------------------------------------------------------
+
+
+@pytest.fixture
+def busy_server(request: pytest.FixtureRequest) -> Iterator[LangSmithTestServer]:
+    """A server whose v2 run query answers in no time order (it documents none), or v1."""
+    v2 = getattr(request, "param", True)
+    with LangSmithTestServer(runs_page_size=50, runs_v2=v2, v2_run_order="unordered") as srv:
+        yield srv
+
+
+@pytest.fixture
+def busy_client(busy_server: LangSmithTestServer) -> Iterator[Client]:
+    c = Client(api_url=busy_server.url, api_key="test", auto_batch_tracing=False)
+    yield c
+    c.close(timeout=5)
+
+
+def add_timed_runs(
+    server: LangSmithTestServer, n: int, *, start: dt.datetime | None = None, step_ms: int = 1
+) -> list[str]:
+    """`n` ended root runs of "prod", started `step_ms` apart from `start` (oldest first)."""
+    project = server.add_project("prod")
+    start = start or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
+    ids = []
+    for i in range(n):
+        at = start + dt.timedelta(milliseconds=i * step_ms)
+        ids.append(
+            server.add_run(
+                session_id=project["id"],
+                inputs={"q": f"polite answer {i}"},
+                outputs={"a": f"answer {i}"},
+                start_time=at.isoformat(),
+                end_time=(at + dt.timedelta(seconds=1)).isoformat(),
+            )["id"]
+        )
+    return ids
+
+
+@pytest.mark.parametrize("busy_server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_every_new_run_is_judged_exactly_once_however_many_arrive(
+    busy_server: LangSmithTestServer, busy_client: Client, judge: MemAlignJudge
+) -> None:
+    server, client = busy_server, busy_client
+    roles: list[str] = judge.model.responder.roles  # type: ignore[attr-defined]
+    ids = add_timed_runs(server, 500)
+    first = JudgeMonitor(judge, client, project="prod", scan=100).run_once()
+    # Oldest first, from where the watch starts: the 100 earliest, the rest left and said so.
+    assert [v.run_id for v in first.verdicts] == ids[:100]
+    assert (first.considered, first.left) == (100, 400)
+    assert "100 of 100 runs judged" in first.summary()
+    assert "400 left for the next cycle" in first.summary()
+    judged = [v.run_id for v in first.verdicts]
+    for cycle in range(4):
+        # A restart (a new monitor, as cron's --once) reads on from where the last stopped.
+        monitor = JudgeMonitor(judge, client, project="prod", scan=100)
+        report = monitor.run_once()
+        assert report.clean and len(report.verdicts) == 100 and report.already_judged == 0
+        assert report.left == 300 - 100 * cycle
+        judged += [v.run_id for v in report.verdicts]
+    assert judged == ids  # each once, in the order they started
+    assert sorted(verdict_runs(server)) == sorted(ids) and roles.count("judge") == 500
+    last = monitor.run_once()
+    assert (last.considered, last.left, last.verdicts) == (0, 0, [])
+    assert "left for the next cycle" not in last.summary()
+
+
+@pytest.mark.parametrize("busy_server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_a_backlog_too_long_to_count_is_read_in_order_all_the_same(
+    busy_server: LangSmithTestServer,
+    busy_client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    # Runs past the first `scan` are counted up to LEFT_COUNT; past that, the v2 query's
+    # window is narrowed (it has no order to rely on) and v1 stops listing.
+    monkeypatch.setattr(monitor_module, "LEFT_COUNT", 5)
+    server, client = busy_server, busy_client
+    ids = add_timed_runs(server, 20)
+    monitor = JudgeMonitor(judge, client, project="prod", scan=3)
+    first = monitor.run_once()
+    assert [v.run_id for v in first.verdicts] == ids[:3]
+    assert (first.left, first.left_capped) == (5, True)
+    assert "over 5 left for the next cycle" in first.summary()
+    judged = [v.run_id for v in first.verdicts]
+    while len(judged) < len(ids):
+        cycle = monitor.run_once()
+        assert cycle.verdicts, "a cycle made no progress"
+        judged += [v.run_id for v in cycle.verdicts]
+    assert judged == ids and cycle.left == 0 and not cycle.left_capped
+
+
+@pytest.mark.parametrize("busy_server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_runs_started_at_the_same_time_are_each_judged_once(
+    busy_server: LangSmithTestServer, busy_client: Client, judge: MemAlignJudge
+) -> None:
+    # Many runs can share a start time (a batch traced at once): the cursor orders them by
+    # id, so a cycle that stops among them goes on with the next one.
+    ids = add_timed_runs(busy_server, 7, step_ms=0)
+    monitor = JudgeMonitor(judge, busy_client, project="prod", scan=3)
+    judged = [[v.run_id for v in monitor.run_once().verdicts] for _ in range(4)]
+    assert [len(j) for j in judged] == [3, 3, 1, 0]
+    assert sorted(r for j in judged for r in j) == sorted(ids) == sorted(verdict_runs(busy_server))
+
+
+@pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_a_running_run_does_not_hold_the_cursor_and_is_judged_once_it_ends(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    early = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    running = add_runs(server, ["polite stream"], ended=False, outputs=None,
+                       start_time=early.isoformat())  # fmt: skip
+    ended = add_timed_runs(server, 4)
+    monitor = JudgeMonitor(judge, client, project="prod", scan=2)
+    first = monitor.run_once()
+    assert (first.pending, first.left) == (1, 3) and first.verdicts[0].run_id == ended[0]
+    # The cursor passed the running run: the next cycles read the others, and it again.
+    second = monitor.run_once()
+    assert [v.run_id for v in second.verdicts] == ended[1:3] and second.pending == 1
+    client.update_run(running[0], end_time=dt.datetime.now(dt.UTC), outputs={"a": "Done."})
+    third = monitor.run_once()
+    assert sorted(v.run_id for v in third.verdicts) == sorted([ended[3], *running])
+    assert third.pending == 0 and monitor.run_once().considered == 0
+    assert sorted(verdict_runs(server)) == sorted(ended + running)
+
+
+def test_a_run_still_running_a_day_after_it_started_is_given_up(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    long_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).isoformat()
+    [stuck] = add_runs(server, ["polite stream"], ended=False, outputs=None,
+                       start_time=long_ago)  # fmt: skip
+    monitor = JudgeMonitor(judge, client, project="prod", since=dt.timedelta(days=3))
+    cycle = monitor.run_once()
+    assert cycle.given_up == [stuck] and cycle.pending == 0 and "1 given up" in cycle.summary()
+    assert monitor.run_once().considered == 0  # no longer read
+
+
+def test_a_run_that_becomes_readable_late_is_read_within_the_settle_margin(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    first = add_runs(server, ["polite hours"])
+    monitor = JudgeMonitor(judge, client, project="prod")
+    assert [v.run_id for v in monitor.run_once().verdicts] == first
+    # A run that started before the one judged reaches LangSmith only now (uploads are
+    # batched; the query service indexes with a delay): the cursor has not passed it.
+    started = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=2)).isoformat()
+    late = add_runs(server, ["polite refunds"], start_time=started)
+    again = monitor.run_once()
+    assert [v.run_id for v in again.verdicts] == late and again.considered == 1
+
+
+def test_since_sets_where_the_cursor_starts_and_a_new_since_restarts_it(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    days_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=3)).isoformat()
+    old = add_runs(server, ["polite archive"], start_time=days_ago)
+    new = add_runs(server, ["polite hours"])
+    # By default a watch starts a day back (SINCE): older runs are not read.
+    assert dt.timedelta(days=1) == monitor_module.SINCE
+    cycle = JudgeMonitor(judge, client, project="prod").run_once()
+    assert [v.run_id for v in cycle.verdicts] == new
+    # A backfill: a `since` the cursor did not start from restarts it there, once.
+    week = dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
+    backfill = JudgeMonitor(judge, client, project="prod", since=week).run_once()
+    assert [v.run_id for v in backfill.verdicts] == old and backfill.already_judged == 1
+    again = JudgeMonitor(judge, client, project="prod", since=week).run_once()
+    assert again.considered == 0
+    # Left out, the stored cursor is kept.
+    assert JudgeMonitor(judge, client, project="prod").run_once().considered == 0
+    with pytest.raises(ValueError, match="since must be a time or a time span back"):
+        JudgeMonitor(judge, client, project="prod", since=-dt.timedelta(hours=1))
+
+
+def test_a_watch_state_from_before_the_cursor_keeps_its_failure_counts() -> None:
+    from langchain_memalign.langsmith.monitor import SINCE, _WatchState
+
+    now = dt.datetime.now(dt.UTC)
+    state = _WatchState.load({"failed": {"run-1": 2}}, None, now)
+    assert state.cursor == (now - SINCE, "") and state.held == {
+        "run-1": {"start_time": None, "failed": 2}
+    }

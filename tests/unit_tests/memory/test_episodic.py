@@ -70,7 +70,7 @@ def test_dimension_mismatch_is_a_clear_error() -> None:
 def test_judge_memory_uses_hnsw_past_configured_size(make_judge: object) -> None:
     from conftest import fb
 
-    judge = make_judge(hnsw_threshold=20)  # type: ignore[operator]
+    judge = make_judge(options={"retrieval": {"hnsw_threshold": 20}})  # type: ignore[operator]
     items = [fb(f"f{i}", f"question alpha{i} beta{i}", "a", True) for i in range(30)]
     judge.align(items)
     assert judge.memory.index.kind == "hnsw"

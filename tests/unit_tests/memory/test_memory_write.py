@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import HOURS, RUDE, SWEATER
 
+from langchain_memalign.memory.episodic import EpisodicIndex
 from langchain_memalign.memory.semantic import Guideline
 
 
@@ -62,3 +64,31 @@ def test_deleting_and_replacing_episodes_move_the_index_with_the_store(make_judg
     assert rows == set(mem.store.episode_rowids()) and len(rows) == 1
     assert not rows & set(old_rows.values())  # both old vectors left the index
     assert [e.feedback_id for e in mem.retrieve(new_vector, k=1)] == ["sweater"]
+
+
+@pytest.mark.parametrize("where", ["folder", "in-process"])
+def test_writes_update_the_index_in_place_and_never_rebuild_it(
+    make_judge: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A write hands its episodes to the index itself. Publishing would rebuild an index
+    that missed them from the stored vectors, so a write that skipped the update would
+    still leave a correct index: only the count of full builds shows it (issue 45)."""
+    judge = make_judge(path=tmp_path / "memory" if where == "folder" else None)
+    mem = judge.memory
+    judge.align([SWEATER])
+    index = mem.index
+    builds: list[int] = []
+    build = EpisodicIndex.build.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[EpisodicIndex], ids: Any, vectors: Any, **kw: Any) -> EpisodicIndex:
+        builds.append(len(ids))
+        return build(cls, ids, vectors, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(EpisodicIndex, "build", classmethod(counting))
+    judge.align([HOURS, RUDE])  # episodes added
+    judge.unalign(["rude"])  # one removed
+    judge.align([SWEATER.model_copy(update={"outputs": "Sorry! Returns are free."})])  # replaced
+    assert builds == []  # no write fell back on rebuilding the whole index
+    assert mem.index is index  # the writer's index, changed in place
+    assert sorted(mem.index.ids().tolist()) == mem.store.episode_rowids()
+    judge.close()

@@ -79,7 +79,7 @@ def test_reopening_a_folder_with_the_constructor_keeps_memory(
     with pytest.raises(MemoryFormatError, match="holds the memory of judge 'helpfulness'"):
         make_judge(path=tmp_path, name="tone")
     with pytest.raises(MemoryFormatError, match="different retrieval.embed"):
-        make_judge(path=tmp_path, embed="inputs_outputs")
+        make_judge(path=tmp_path, options={"retrieval": {"embed": "inputs_outputs"}})
     with pytest.raises(MemoryFormatError, match="different scale"):
         MemAlignJudge.load(tmp_path, model=again.model, embeddings=HashEmbeddings(), scale=(1, 5))
 

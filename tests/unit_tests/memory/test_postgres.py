@@ -426,7 +426,9 @@ def test_memory_url_parameters_and_redaction() -> None:
 def test_catch_up_replaces_changed_episodes_in_an_hnsw_index(make_judge: Any, db: str) -> None:
     url = judge_url(db)
     writer = make_judge(path=url, k=3)
-    reader = make_judge(path=url, k=3, hnsw_threshold=1)  # approximate index: tombstones
+    reader = make_judge(
+        path=url, k=3, options={"retrieval": {"hnsw_threshold": 1}}
+    )  # approximate index: tombstones
     writer.align([SWEATER, HOURS, RUDE])
     reader.invoke(CASE)
     assert reader.memory.index.kind == "hnsw" and len(reader.memory.index) == 3

@@ -14,6 +14,7 @@ import time
 import traceback
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -304,3 +305,107 @@ def test_no_form_of_password_shows_when_opening_fails(
     assert "error" in out.err and not _shows_a_part(out.out + out.err), out.err
     logged = caplog.text + "".join(str(r.args) for r in caplog.records)
     assert not _shows_a_part(logged), logged
+
+
+# -- what the driver's exception objects carry (issue 47) ----------------------------------
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and every exception reachable from it by `__cause__` and `__context__`."""
+    seen: list[BaseException] = []
+    todo = [error]
+    while todo:
+        e = todo.pop()
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
+    return seen
+
+
+def _carried(error: BaseException) -> str:
+    """Everything an exception chain holds that code could read: messages, reprs, args,
+    and every attribute of every exception in it (psycopg's `pgconn` among them)."""
+    parts = []
+    for e in _chain(error):
+        parts += [str(e), repr(e), repr(e.args)]
+        for name in dir(e):
+            if name.startswith("__") or name == "with_traceback":
+                continue
+            try:
+                parts.append(repr(getattr(e, name)))
+            except Exception:  # a property that needs what the exception does not have
+                continue
+    return "\n".join(parts)
+
+
+def test_no_exception_object_of_a_failed_open_carries_the_password(
+    pg_server: Any, password_role: str, caplog: pytest.LogCaptureFixture, model: Any
+) -> None:
+    """psycopg keeps the failed connection in `e.pgconn`, password and all: neither the
+    error raised nor anything chained to it or logged may hold it."""
+    caplog.set_level(logging.DEBUG, logger="psycopg")
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
+    host = f"127.0.0.1:{pg_server.port}"
+    urls = [
+        f"postgresql://{password_role}:{SECRET}@{host}/postgres?open_timeout=3",  # refused
+        f"postgresql://{password_role}@{host}/postgres?password={SECRET}&open_timeout=3",
+        f"postgresql://memalign:{SECRET}@{host}/nodb_{uuid.uuid4().hex[:6]}?open_timeout=3",
+    ]
+    for url in urls:
+        for opening in (PostgresStore.create, PostgresStore.open):
+            with pytest.raises(MemoryFormatError) as e:
+                opening(url)
+            assert not _leaks(_carried(e.value)), (url, _carried(e.value))
+    for record in caplog.records:
+        held = [record.getMessage(), repr(record.args), repr(record.exc_info)]
+        for arg in (*(record.args or ()), *(record.exc_info or ())[1:2]):
+            if isinstance(arg, BaseException):
+                held.append(_carried(arg))
+        assert not _leaks("\n".join(held)), held
+
+
+def test_a_database_that_does_not_exist_fails_fast_and_is_named(pg_server: Any) -> None:
+    """SQLSTATE 3D000 stays so however long the pool retries: no wait for open_timeout."""
+    missing = f"nodb_{uuid.uuid4().hex[:8]}"
+    url = f"postgresql://memalign@127.0.0.1:{pg_server.port}/{missing}?judge=tone"
+    for opening in (PostgresStore.create, PostgresStore.open):
+        started = time.monotonic()
+        with pytest.raises(MemoryFormatError) as e:
+            opening(url)
+        assert time.monotonic() - started < 10  # the default open_timeout is 30 s
+        assert not isinstance(e.value, MemoryPermissionError)
+        assert f"database {missing!r} does not exist" in str(e.value)
+        assert "127.0.0.1" in str(e.value)
+
+
+def test_refusals_are_told_by_sqlstate_before_the_message() -> None:
+    """A server whose messages are translated (`lc_messages`) still refuses by code:
+    28P01 and 28000 are authentication, 3D000 a missing database, whatever the words."""
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    from langchain_memalign.memory._pg_base import _refusal
+
+    errors = psycopg.errors
+    german = {
+        errors.InvalidPassword: "Passwort-Authentifizierung für Benutzer »a« fehlgeschlagen",
+        errors.InvalidAuthorizationSpecification: "Rolle »a« existiert nicht",
+        errors.InvalidCatalogName: "Datenbank »x« existiert nicht",
+    }
+    assert _refusal(errors.InvalidPassword(german[errors.InvalidPassword])) == "authentication"
+    assert _refusal(errors.InvalidAuthorizationSpecification("x")) == "authentication"
+    assert _refusal(errors.InvalidCatalogName(german[errors.InvalidCatalogName])) == "database"
+    # No SQLSTATE (psycopg gives none for a failed connection attempt): libpq's own flag
+    # that the server asked for a password none was given for, then the English words.
+    no_password = psycopg.OperationalError("Verbindung fehlgeschlagen")
+    no_password._pgconn = SimpleNamespace(needs_password=True)  # what libpq reports
+    assert _refusal(no_password) == "authentication"
+    english = 'connection failed: FATAL:  password authentication failed for user "a"'
+    assert _refusal(psycopg.OperationalError(english)) == "authentication"
+    assert _refusal(psycopg.OperationalError('FATAL:  database "x" does not exist')) == "database"
+    for transient in (
+        "connection failed: Connection refused",
+        "FATAL:  the database system is starting up",
+        "FATAL:  sorry, too many clients already",
+    ):
+        assert _refusal(psycopg.OperationalError(transient)) is None
+    assert _refusal(errors.TooManyConnections("zu viele Verbindungen")) is None

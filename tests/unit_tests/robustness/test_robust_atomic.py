@@ -200,7 +200,8 @@ def test_a_fault_at_any_step_of_a_replacing_align_changes_nothing(
     """The forget step commits first: a fault at it or any later step undoes everything,
     and until then readers outside the align see the version before it on a shared store."""
     judge = make_judge(
-        path=where, guideline_token_budget=50, options={"validation": {"mode": "sources"}}
+        path=where,
+        options={"reflection": {"guideline_token_budget": 50}, "validation": {"mode": "sources"}},
     )
     judge.align([SWEATER, HOURS])
     before = dump(judge)
@@ -253,7 +254,7 @@ def test_a_failure_after_several_steps_rolls_all_of_them_back(
     make_judge: Any, where: Path | str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Consolidation commits after the merge: a crash there undoes the merge too."""
-    judge = make_judge(path=where, guideline_token_budget=50)
+    judge = make_judge(path=where, options={"reflection": {"guideline_token_budget": 50}})
     judge.align([HOURS])
     before = dump(judge)
 
@@ -434,7 +435,9 @@ def _outage_in(
         judge.align([SWEATER, HOURS])
         return judge, outage, lambda: judge.align([RUDE], score_first=True)
     if step == "consolidate":
-        judge = make_judge(model=model, path=where, guideline_token_budget=50)
+        judge = make_judge(
+            model=model, path=where, options={"reflection": {"guideline_token_budget": 50}}
+        )
         judge.align([HOURS])
         parcel = fb("x", "Where is my parcel?", "Lost.", False, LONG)
         return judge, outage, lambda: judge.align([SWEATER, parcel])

@@ -15,7 +15,6 @@ from fakes import HashEmbeddings, RoleResponder
 from pydantic import ValidationError
 
 from langchain_memalign import MalformedOutputError, MemAlignJudge, MemoryFormatError
-from langchain_memalign.config import LEGACY_OPTIONS
 from langchain_memalign.memory.store import DB_FILE
 from langchain_memalign.scale import Scale
 
@@ -33,6 +32,13 @@ def _set_config(folder: Path, **changes: Any) -> None:
                 target = target[p]
             target[leaf] = value
         conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(config),))
+
+
+# Two keys earlier versions stored flat, and where they are read now.
+STORED_FLAT = {
+    "reflect_batch_size": "options.reflection.batch_size",
+    "max_retries": "options.max_retries",
+}
 
 
 @pytest.mark.parametrize(
@@ -64,7 +70,7 @@ def test_out_of_bounds_numbers_in_a_folder_raise_memory_format_error(
     judge.align([HOURS])
     judge.close()
     _set_config(tmp_path, **{field: value})
-    where = ".".join(("options", *LEGACY_OPTIONS[field])) if field in LEGACY_OPTIONS else field
+    where = STORED_FLAT.get(field, field)
     with pytest.raises(MemoryFormatError, match=re.escape(f"meta.config.{where} = ")):
         MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
     with pytest.raises(MemoryFormatError, match=re.escape(where)):
@@ -135,6 +141,6 @@ def test_a_model_answering_true_on_a_1_to_5_scale_is_retried_then_refused(
     make_judge: Any, responder: RoleResponder
 ) -> None:
     responder.judge_rule = lambda case, memory: {"rationale": "fine", "score": True}
-    judge = make_judge(scale=(1, 5), max_retries=1)
+    judge = make_judge(scale=(1, 5), options={"max_retries": 1})
     with pytest.raises(MalformedOutputError):
         judge.invoke({"inputs": "q", "outputs": "a"})

@@ -107,7 +107,9 @@ def test_a_cache_this_memory_wrote_is_used_without_a_rebuild(
 ) -> None:
     """The proof a cache gives holds for every cache the memory writes itself: after
     aligns and an unalign (a tombstone in an HNSW graph), exact or approximate."""
-    judge = make_judge(path=tmp_path, hnsw_threshold=1 if kind == "hnsw" else 50_000)
+    judge = make_judge(
+        path=tmp_path, options={"retrieval": {"hnsw_threshold": 1 if kind == "hnsw" else 50_000}}
+    )
     judge.align([SWEATER, HOURS, RUDE])
     judge.unalign(["hours"])
     judge.align([OTHER[0], OTHER[1]])

@@ -95,7 +95,7 @@ def _prompt_sizes(model: Any) -> list[int]:
 
 def test_a_stored_200k_guideline_does_not_break_later_aligns(make_judge: Any, model: Any) -> None:
     """No reflection prompt shows the whole of a huge stored guideline."""
-    judge = make_judge(guideline_token_budget=100_000)
+    judge = make_judge(options={"reflection": {"guideline_token_budget": 100_000}})
     judge.align([HOURS])
     legacy = Guideline(id=new_guideline_id(), text="When " + "z" * 200_000, source_ids=("hours",))
     store = judge.memory.store
@@ -115,7 +115,12 @@ def test_reflection_prompts_stay_within_the_budget_with_huge_cases(
     make_judge: Any, model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(limits, "PROMPT_TOKEN_BUDGET", 1_500)
-    judge = make_judge(episode_max_chars=200_000, reflect_batch_size=8, reflect_contrast=4)
+    judge = make_judge(
+        options={
+            "retrieval": {"episode_max_chars": 200_000},
+            "reflection": {"batch_size": 8, "contrast": 4},
+        }
+    )
     items = [
         fb(f"big{i}", "q" * 50_000, "a " * 40_000, bool(i % 2), f"Reason {i}: " + "r" * 7_000)
         for i in range(8)
@@ -134,7 +139,7 @@ def test_consolidation_prompts_stay_within_the_budget(
     make_judge: Any, model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(limits, "PROMPT_TOKEN_BUDGET", 1_000)
-    judge = make_judge(guideline_token_budget=50)
+    judge = make_judge(options={"reflection": {"guideline_token_budget": 50}})
     items = [
         # Rationales short enough to be shown whole: a copy of a cut one is rejected.
         fb(f"f{i}", f"question {i}", f"answer {i}", bool(i % 2), f"Rule {i} keeps replies short.")

@@ -38,7 +38,9 @@ def _item(n: int) -> Any:
 
 def _judge(make_judge: Any) -> MemAlignJudge:
     # A large budget: no consolidation, so every guideline keeps its own source.
-    judge: MemAlignJudge = make_judge(k=K, guideline_token_budget=100_000)
+    judge: MemAlignJudge = make_judge(
+        k=K, options={"reflection": {"guideline_token_budget": 100_000}}
+    )
     judge.align([_item(n) for n in range(8)])
     return judge
 
