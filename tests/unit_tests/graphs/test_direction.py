@@ -220,7 +220,9 @@ def test_a_narrowed_guideline_is_checked_against_the_sources_it_keeps(
         return {"rationale": "Fine.", "score": "furious" not in case}
 
     responder = Narrowing(judge_rule=grade)
-    judge = make_judge(model=ScriptedChatModel(responder=responder), validate_guidelines="sources")
+    judge = make_judge(
+        model=ScriptedChatModel(responder=responder), options={"validation": {"mode": "sources"}}
+    )
     [check] = judge.align([upset, calm, calm2]).validation
     assert "narrow" in responder.roles
     assert check.action == ("narrowed" if kept else "dropped")

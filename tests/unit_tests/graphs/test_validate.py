@@ -11,9 +11,8 @@ from typing import Any
 from conftest import fb
 from fakes import RoleResponder, ScriptedChatModel, handles_of
 
-from langchain_memalign.feedback import Feedback
-
 from langchain_memalign.config import merge_options
+from langchain_memalign.feedback import Feedback
 
 UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
            "Open with an apology when the customer is upset.")  # fmt: skip
