@@ -119,7 +119,23 @@ def _human(messages: list[BaseMessage]) -> str:
 
 
 def feedback_ids_in(text: str) -> list[str]:
+    """The handles (`F1`, ...) of the feedback blocks a prompt shows, in order."""
     return re.findall(r'<feedback id="([^"]+)">', text)
+
+
+def handles_of(messages: Sequence[BaseMessage], items: Sequence[Any]) -> list[str]:
+    """The handles a prompt gave these feedback items, told by their inputs and outputs.
+
+    A prompt names feedback `F1`, `F2`, ..., never by id: a fake model that cites
+    particular items finds their blocks by what they show.
+    """
+    human = "\n".join(str(m.content) for m in messages[1:])
+    blocks = re.findall(r'<feedback id="([^"]+)">(.*?)</feedback>', human, re.DOTALL)
+    out = []
+    for item in items:
+        wanted = (f"Inputs: {item.inputs}", f"Outputs: {item.outputs}")
+        out += [h for h, body in blocks if all(w in body for w in wanted)][:1]
+    return out
 
 
 def default_judge_rule(case: str, memory: str) -> dict[str, Any]:
@@ -174,21 +190,23 @@ class RoleResponder:
             reasons = failed or [r for _, r in scored]
             return {"rule": f"Rule: {reasons[0].strip()}" if reasons else ""}
         if role == "rederive":
-            ids = feedback_ids_in(human)
-            return {"text": "Rule restated from " + ", ".join(ids) if ids else ""}
+            # The prompt names feedback by handles; the restatement names the cases it
+            # was shown by their inputs, so a test can tell which ones.
+            shown = re.findall(r"^Inputs: (.*)$", human, re.MULTILINE)
+            return {"text": "Rule restated from " + ", ".join(shown) if shown else ""}
         if role == "narrow":
             return {"text": self.narrowed_text}
         if role == "write_checks":
             # Each rule as one question whose answer is yes when the reply lacks the rule's
             # last word (`self.check_words`: rule id -> word), for the rules listed there.
-            ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
+            ids = re.findall(r"^\[(G\d+)\]", human, re.MULTILINE)
             return {
                 "checks": [self.write_check(i, human) for i in ids if self.write_check(i, human)]
             }
         if role == "ask_check":
             return self.answer_check(human)
         if role == "consolidate":
-            ids = re.findall(r"^\[(g-[0-9a-f]+)\]", human, re.MULTILINE)
+            ids = re.findall(r"^\[(G\d+)\]", human, re.MULTILINE)
             return {"guidelines": [{"text": "Consolidated rule.", "merged_from": ids}]}
         raise AssertionError(f"unexpected prompt: {system[:80]}")
 

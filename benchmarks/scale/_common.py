@@ -223,13 +223,19 @@ def default_reply(messages: Sequence[BaseMessage]) -> dict[str, Any]:
         return {"rationale": "The reply answers the question.", "score": True}
     if "grading rules of a team of experts" in system:
         import re
+        import zlib
 
         human = "\n".join(str(m.content) for m in messages[1:])
-        ids = re.findall(r'<feedback id="([^"]+)">', human)
+        # A prompt names feedback by handles (F1, F2, ...): one rule per case, told
+        # apart by what the case shows.
+        blocks = re.findall(r'<feedback id="([^"]+)">(.*?)</feedback>', human, re.S)
         return {
             "guidelines": [
-                {"text": f"Acknowledge the customer's situation ({i}).", "source_ids": [i]}
-                for i in ids
+                {
+                    "text": f"Acknowledge the customer's situation ({zlib.crc32(body.encode())}).",
+                    "source_ids": [handle],
+                }
+                for handle, body in blocks
             ]
         }
     if "been withdrawn" in system:

@@ -30,6 +30,7 @@ import re
 import shutil
 import tempfile
 import time
+import zlib
 from typing import Any
 
 from _common import (
@@ -69,10 +70,13 @@ def reflect_reply(messages: list[BaseMessage]) -> Any:
     system = str(messages[0].content)
     if "grading rules of a team of experts" in system:
         human = "\n".join(str(m.content) for m in messages[1:])
-        ids = re.findall(r'<feedback id="([^"]+)">', human)
+        # A prompt names feedback by handles (F1, F2, ...): the rule is chosen by what
+        # the case shows.
+        blocks = re.findall(r'<feedback id="([^"]+)">(.*?)</feedback>', human, re.S)
         return {
             "guidelines": [
-                {"text": RULES[sum(map(ord, i)) % len(RULES)], "source_ids": [i]} for i in ids
+                {"text": RULES[zlib.crc32(body.encode()) % len(RULES)], "source_ids": [handle]}
+                for handle, body in blocks
             ]
         }
     return default_reply(messages)

@@ -133,7 +133,7 @@ class Responder:
                 return AIMessage(
                     content="I cannot merge these."
                 )  # unusable: retried, then an error
-            rows = re.findall(r"^\[(g-[0-9a-f]+)\] (.*)$", human, re.M)
+            rows = re.findall(r"^\[(G\d+)\] (.*)$", human, re.M)
             merged = []
             for i in range(0, len(rows), 3):
                 group = rows[i : i + 3]

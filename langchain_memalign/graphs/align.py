@@ -46,7 +46,7 @@ from langchain_memalign.graphs.merge import MergeStep
 from langchain_memalign.graphs.reflect import ReflectStep
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory.judge_memory import JudgeMemory
-from langchain_memalign.prompting.schemas import Consolidation, Rederived
+from langchain_memalign.prompting.schemas import Consolidation, Rederived, with_direction
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 
@@ -68,9 +68,11 @@ class AlignNodes(ClassifyStep, ForgetStep, ReflectStep, MergeStep, ConsolidateSt
         self.reflection_model = model
         self.validator = validator
         self.calibrator = calibrator
+        # A re-derivation declares which way it moves verdicts, checked like a proposal's.
         self.rederiver = StructuredCaller(
-            model, Rederived, what="guideline re-derivation", retries=retries
-        )
+            model, with_direction(Rederived, memory.config.scale),
+            what="guideline re-derivation", retries=retries,
+        )  # fmt: skip
         self.consolidator = StructuredCaller(
             model, Consolidation, what="guideline consolidation", retries=retries
         )

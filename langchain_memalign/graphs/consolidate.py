@@ -19,6 +19,7 @@ from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline, new_guideline_id, total_tokens
 from langchain_memalign.prompting.budget import shown_guidelines
+from langchain_memalign.prompting.handles import guideline_handles
 from langchain_memalign.prompting.prompts import consolidate_messages
 from langchain_memalign.prompting.schemas import Consolidation
 from langchain_memalign.prompting.structured import StructuredCaller
@@ -63,10 +64,13 @@ class ConsolidateStep:
                 "errors": [f"consolidation failed, guidelines kept as they were: {e}"],
             }
         by_id = {g.id: g for g in guidelines}
+        # The prompt named the guidelines by handles (`prompting.handles`): mapped back.
+        shown = guideline_handles(guidelines)
         replaced: set[str] = set()
         created: list[Guideline] = []
         for item in out.guidelines:
-            ids = [i for i in dict.fromkeys(item.merged_from) if i in by_id and i not in replaced]
+            named = (shown.resolve(h) for h in dict.fromkeys(item.merged_from))
+            ids = [i for i in named if i is not None and i in by_id and i not in replaced]
             text = " ".join(item.text.split())
             if not ids or not text:
                 continue

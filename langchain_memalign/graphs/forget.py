@@ -17,6 +17,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_memalign._text import normalize
 from langchain_memalign.errors import UnknownFeedbackError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs import direction
 from langchain_memalign.graphs._failures import raise_unless_unusable
 from langchain_memalign.graphs.align_state import AlignState, UnalignState
 from langchain_memalign.graphs.provenance import obeys_feedback, supporting_sources
@@ -25,7 +26,7 @@ from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.budget import case_chars
 from langchain_memalign.prompting.prompts import rederive_messages
-from langchain_memalign.prompting.schemas import Rederived
+from langchain_memalign.prompting.schemas import Rederived, declared_direction
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 
@@ -136,7 +137,7 @@ class ForgetStep:
             def one(g: Guideline) -> Any:
                 remaining = [support[s] for s in g.source_ids if s in support]
                 chars = case_chars(len(remaining), cfg.options.retrieval.episode_max_chars)
-                msgs = rederive_messages(cfg.instructions, g, remaining, chars)
+                msgs = rederive_messages(cfg.instructions, g, remaining, chars, scale=cfg.scale)
                 return self.rederiver.invoke(msgs, config)
 
             outcomes = RunnableLambda(one).batch(redo, config, return_exceptions=True)
@@ -165,8 +166,12 @@ class ForgetStep:
             result.usage = result.usage + usage
             text = " ".join(out.text.split())
             twin = keep_texts.get(normalize(text))
-            # An order a remaining rationale gave is no restatement (`obeys_feedback`).
-            if not text or obeys_feedback(text, [support[s] for s in remaining if s in support]):
+            left = [support[s] for s in remaining if s in support]
+            # An order a remaining rationale gave is no restatement (`obeys_feedback`), nor
+            # one that moves verdicts a way none of the remaining cases went (`direction`).
+            declared = declared_direction(out)
+            moved = direction.unsupported(mem.config.scale, declared, [fb.value for fb in left])
+            if not text or obeys_feedback(text, left) or moved:
                 result.removed.append(g.id)
             elif twin is not None:  # it now says what another guideline says
                 base = widened.get(twin.id, twin)

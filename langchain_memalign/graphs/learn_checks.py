@@ -55,6 +55,7 @@ from langchain_memalign.prompting.checks import (
     checks_schema,
     write_checks_messages,
 )
+from langchain_memalign.prompting.handles import guideline_handles
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import CheckReport, Usage
 from langchain_memalign.scale import Scale
@@ -386,9 +387,11 @@ class CheckLearner:
         """Candidate checks for `wanted`, from one call to the reflection model."""
         mem = self.memory
         ids = tuple(g.id for g in wanted)
-        # The schema names this call's rule ids: a caller of its own each time.
+        # The prompt names the rules by handles (`prompting.handles`), and so does the
+        # schema: a caller of its own each time.
+        shown = guideline_handles(wanted)
         writer = StructuredCaller(
-            self.writer_model, checks_schema(ids), what="check writing",
+            self.writer_model, checks_schema(shown.names), what="check writing",
             retries=mem.config.options.max_retries,
         )  # fmt: skip
         msgs = write_checks_messages(mem.config.instructions, wanted, sources)
@@ -403,8 +406,9 @@ class CheckLearner:
         texts = {g.id: g.text for g in wanted}
         written: dict[str, list[list[Check]]] = {}
         for p in proposed:
-            if p.rule_id in texts and p.rule_id not in written:
-                written[p.rule_id] = _phrasings(p, texts[p.rule_id], consequences[p.rule_id])
+            gid = shown.resolve(p.rule_id)
+            if gid is not None and gid in texts and gid not in written:
+                written[gid] = _phrasings(p, texts[gid], consequences[gid])
         return written, usage, error
 
     # -- testing ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 
 from langchain_memalign import limits
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs import direction
 from langchain_memalign.graphs.align_state import AlignState
 from langchain_memalign.graphs.provenance import (
     TOPIC_SEARCH_DEPTH,
@@ -27,6 +28,7 @@ from langchain_memalign.memory.episodic import as_matrix
 from langchain_memalign.memory.judge_memory import JudgeMemory, MemoryWrite
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Proposal, merge_proposals
+from langchain_memalign.prompting.prompts import format_value
 from langchain_memalign.reports import RejectedGuideline, Usage
 
 
@@ -143,6 +145,19 @@ class MergeStep:
                 rejected.append(
                     RejectedGuideline(text=text, reason="no cited rationale supports it")
                 )
+                continue
+            # The sources a guideline comes from, by support (or, in a pair, by what the
+            # model says states it), must have gone the way it moves verdicts: an order to
+            # pass, obeyed from a case the expert failed, has no such source.
+            origin = support if min_support is not None else (p.origin or support)
+            values = [known[s].value for s in origin if s in known]
+            if direction.unsupported(mem.config.scale, p.direction, values):
+                given = ", ".join(dict.fromkeys(format_value(v) for v in values))
+                reason = (
+                    f"moves verdicts toward {p.direction!r}, a way no source case's expert "
+                    f"verdict went ({given})"
+                )
+                rejected.append(RejectedGuideline(text=text, reason=reason))
                 continue
             topic = (
                 None

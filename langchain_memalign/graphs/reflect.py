@@ -20,21 +20,22 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Send
 
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs import direction
 from langchain_memalign.graphs.align_state import AlignState, ReflectInput, ReflectionResult
 from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.graphs.provenance import echoes_prompt
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Proposal
 from langchain_memalign.prompting.budget import fit_reflection
+from langchain_memalign.prompting.handles import feedback_handles, guideline_handles
 from langchain_memalign.prompting.prompts import (
     FEEDBACK_IS_MATERIAL,
     PAIR_SYSTEM,
     SINGLE_SYSTEM,
-    data_text,
     pair_messages,
     reflect_messages,
 )
-from langchain_memalign.prompting.schemas import Rule, reflection_schema
+from langchain_memalign.prompting.schemas import declared_direction, reflection_schema, rule_schema
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 
@@ -127,11 +128,12 @@ class ReflectStep:
             cfg.instructions, cfg.scale, batch, existing, max_chars, contrast=contrast,
         )  # fmt: skip
         citable = ids + [fb.id for fb in contrast]
-        # The model cites the ids as the prompt shows them (quoted: `data_text`); the
-        # same for ordinary ids.
-        as_shown = {data_text(i, closes='"'): i for i in citable}
+        # The prompt names feedback and guidelines by handles, never by id; the model
+        # cites handles (the schema allows no other) and they are mapped back here.
+        shown = feedback_handles([*batch, *contrast])
+        existing_shown = guideline_handles(existing)
         reflector = StructuredCaller(
-            self.reflection_model, reflection_schema(list(as_shown)), what="reflection",
+            self.reflection_model, reflection_schema(shown.names, cfg.scale), what="reflection",
             retries=cfg.options.max_retries,
         )  # fmt: skip
         try:
@@ -140,10 +142,14 @@ class ReflectStep:
             return _reflection_failed(ids, e)
         proposals = []
         for p in out.guidelines:
-            sources = [as_shown[s] for s in dict.fromkeys(p.source_ids) if s in as_shown]
+            cited = (shown.resolve(s) for s in dict.fromkeys(p.source_ids))
+            sources = [s for s in cited if s is not None]
+            existing_id = existing_shown.resolve(p.existing_id) or ""
             # A guideline citing no known feedback is checked against the whole batch:
-            # `merge` keeps only the sources whose rationale supports it.
-            proposals.append(Proposal(p.text, sources or citable, p.existing_id))
+            # `merge` keeps only the sources whose rationale supports it, and refuses one
+            # whose declared direction none of those went (`graphs.direction`).
+            declared = declared_direction(p)
+            proposals.append(Proposal(p.text, sources or citable, existing_id, declared))
         result = ReflectionResult(ids, proposals, shown_ids=citable)
         return {"reflections": [result], "usages": [usage]}
 
@@ -158,17 +164,27 @@ class ReflectStep:
         cited = [fb.id for fb in group]
         max_chars = cfg.options.retrieval.episode_max_chars
         messages = pair_messages(cfg.instructions, cfg.scale, group, max_chars)
+        shown = feedback_handles(group)
         caller = StructuredCaller(
-            self.reflection_model, Rule, what="reflection", retries=cfg.options.max_retries
-        )
+            self.reflection_model, rule_schema(shown.names, cfg.scale), what="reflection",
+            retries=cfg.options.max_retries,
+        )  # fmt: skip
         try:
             out, usage = caller.invoke(messages, config)
         except Exception as e:  # recorded and retried later, never dropped
             return _reflection_failed(ids, e)
         text = " ".join(out.rule.split())
         # The request's own words back are no rule.
-        echo = echoes_prompt(text, "\n".join((PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL)))
-        proposals = [Proposal(text, cited, "")] if text and not echo else []
+        asked = (PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL, direction.describe(cfg.scale))
+        echo = echoes_prompt(text, "\n".join(asked))
+        # The pair is the rule's provenance by construction; the cases whose reason the
+        # model says states it are what its direction is checked against (a pair always
+        # holds both verdicts: an order in one case's text would otherwise be supported by
+        # the other's).
+        named = (shown.resolve(h) for h in getattr(out, "source_ids", ()))
+        origin = [i for i in dict.fromkeys(named) if i is not None]
+        proposal = Proposal(text, cited, "", declared_direction(out), origin or None)
+        proposals = [proposal] if text and not echo else []
         return {
             "reflections": [ReflectionResult(ids, proposals, shown_ids=cited)],
             "usages": [usage],

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from pydantic import BaseModel
 
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs import direction
 from langchain_memalign.graphs._failures import raise_unless_unusable
 from langchain_memalign.graphs.provenance import obeys_feedback, restates_case
 from langchain_memalign.graphs.seen_cases import grade_unseen
@@ -34,7 +34,12 @@ from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.prompts import format_value, narrow_messages
-from langchain_memalign.prompting.schemas import GuidelineText
+from langchain_memalign.prompting.schemas import (
+    Declares,
+    GuidelineText,
+    declared_direction,
+    with_direction,
+)
 from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import GuidelineCheck, Usage
 
@@ -45,7 +50,7 @@ if TYPE_CHECKING:
 NEIGHBORS_PER_GUIDELINE = 2
 
 
-class Narrowed(BaseModel):
+class Narrowed(Declares):
     """A guideline restated with a narrower condition; empty if none fits."""
 
     text: GuidelineText
@@ -59,9 +64,10 @@ class GuidelineValidator:
     ) -> None:
         self.memory = memory
         self.judge_nodes = judge_nodes
+        # A narrowing declares which way it moves verdicts, checked like a proposal's.
         self.narrower = StructuredCaller(
-            reflection_model, Narrowed, what="guideline narrowing",
-            retries=memory.config.options.max_retries,
+            reflection_model, with_direction(Narrowed, memory.config.scale),
+            what="guideline narrowing", retries=memory.config.options.max_retries,
         )  # fmt: skip
 
     # -- which cases -----------------------------------------------------------------
@@ -270,6 +276,10 @@ class GuidelineValidator:
         # dropped without grading.
         shown = [*supporting, *(feedback[b] for b in broken)]
         if restates_case(text, shown, cfg.scale.choices) or obeys_feedback(text, shown):
+            return None, usage
+        # It must move verdicts the way a case that still supports it went.
+        values = [fb.value for fb in supporting]
+        if direction.unsupported(cfg.scale, declared_direction(out), values):
             return None, usage
         candidate = g.model_copy(update={"text": text})
         cases = [feedback[c] for c in checked]

@@ -45,11 +45,18 @@ def total_tokens(guidelines: Iterable[Guideline]) -> int:
 
 @dataclass
 class Proposal:
-    """A guideline proposed by reflection, before it is merged into memory."""
+    """A guideline proposed by reflection, before it is merged into memory.
+
+    `direction`: which way its author declared it moves verdicts (`graphs.direction`),
+    None if it declared none. `origin`: the sources its direction is checked against,
+    when not all of `source_ids` (the cases of a pair whose reason states the rule).
+    """
 
     text: str
     source_ids: list[str]
     existing_id: str = ""
+    direction: str | None = None
+    origin: list[str] | None = None
 
 
 @dataclass

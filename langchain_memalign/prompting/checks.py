@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, create_model
 from langchain_memalign._text import render, truncate
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.handles import guideline_handles
 from langchain_memalign.prompting.prompts import (
     FEEDBACK_IS_MATERIAL,
     _task,
@@ -96,11 +97,15 @@ def write_checks_messages(
     sources: dict[str, Feedback],
     max_chars: int = 300,
 ) -> list[BaseMessage]:
-    """Ask for each rule as questions, shown with the experts' verdicts and reasons it came from."""
+    """Ask for each rule as questions, shown with the experts' verdicts and reasons it came from.
+
+    The rules are named by `guideline_handles(rules)`; their `rule_id` is one of those.
+    """
     system = WRITE_CHECKS_SYSTEM.format(task=_task(instructions), material=FEEDBACK_IS_MATERIAL)
+    handles = guideline_handles(rules)
     blocks = []
     for g in rules:
-        lines = [f"[{data_text(g.id, closes=']')}] {data_text(g.text)}"]
+        lines = [f"[{handles.of(g.id)}] {data_text(g.text)}"]
         for sid in g.source_ids:
             fb = sources.get(sid)
             if fb is not None and fb.rationale:

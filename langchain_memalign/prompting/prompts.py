@@ -11,9 +11,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_memalign._text import fair_shares, render, render_within, truncate
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs import direction
 from langchain_memalign.graphs.injection import normalize as read_as_model
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting.handles import Handles, feedback_handles, guideline_handles
 from langchain_memalign.scale import Scale
 
 _PLACEHOLDER = re.compile(
@@ -82,8 +84,8 @@ Below, experts graded cases and explained why. Find the general rules their reas
 - Merge rules that say the same thing into one.
 - If an existing guideline already says it, return that guideline's text with its id in "existing_id".
 - "source_ids": only the ids of the feedback whose reason states or follows the rule.
-- At most {max_new} guidelines; none if the reasons state no rule.
-Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["<feedback id>"], "existing_id": ""}}]}}"""
+{direction}- At most {max_new} guidelines; none if the reasons state no rule.
+Answer with JSON: {{"guidelines": [{{"text": "...", "source_ids": ["<feedback id>"], "existing_id": ""{direction_field}}}]}}"""
 
 # One rule from one pair (`graphs.pairs`): the difference between two similar cases the
 # experts graded otherwise, in general words.
@@ -92,27 +94,27 @@ The judge's task: {task}
 {scale}
 The experts graded the two cases below differently, and said why. What rule explains the difference: what did one output do, or fail to do, that the experts require? State it as one general sentence that says in which kind of situation an output must or must not do what, so that it applies to other cases too. Leave out the details of these two cases (names, numbers, products). If the reasons state no rule, answer with an empty rule.
 {material}
-Answer with JSON: {{"rule": "..."}}"""
+{declare}Answer with JSON: {{"rule": "..."{fields}}}"""
 
 SINGLE_SYSTEM = """You help an LLM judge learn the unwritten grading rules of a team of experts.
 The judge's task: {task}
 {scale}
 An expert graded the case below and said why. What rule does the reason apply? State it as one general sentence that says in which kind of situation an output must or must not do what, so that it applies to other cases too. Leave out the details of this case (names, numbers, products). If the reason states no rule, answer with an empty rule.
 {material}
-Answer with JSON: {{"rule": "..."}}"""
+{declare}Answer with JSON: {{"rule": "..."{fields}}}"""
 
 REDERIVE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
 A guideline was learned from several feedback items and some of them have been withdrawn. Restate the guideline using only what the remaining feedback below supports: keep it as it is if a remaining rationale states or implies it, narrow it if they support only part. Answer with an empty text only if no remaining rationale supports any part of it.
 {material}
-Answer with JSON: {{"text": "..."}}"""
+{declare}Answer with JSON: {{"text": "..."{fields}}}"""
 
 NARROW_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
 {scale}
 The guideline below made the judge grade some cases differently from the experts. Narrow its condition so that it no longer applies to those cases but still covers the cases that support it. Keep the form "When <condition>, <rule>." Answer with an empty text if no narrower rule fits.
 {material}
-Answer with JSON: {{"text": "..."}}"""
+{declare}Answer with JSON: {{"text": "..."{fields}}}"""
 
 CONSOLIDATE_SYSTEM = """You maintain the grading guidelines of an LLM judge.
 The judge's task: {task}
@@ -174,7 +176,8 @@ def data_text(value: Any, *, closes: str = "") -> str:
     """Text others wrote, as data: our own delimiters inside it are defused.
 
     Every prompt quotes what it did not write this way: the graded case, and what users
-    and experts wrote (rationales, feedback ids, guidelines, past cases). A graded answer
+    and experts wrote (rationales, guidelines, past cases; ids are never shown, a prompt
+    names what it shows by handles, `prompting.handles`). A graded answer
     or a rationale that writes `</case>`, `</feedback>` or `<memory>` (or a fullwidth,
     spaced or zero-width-split form of one) cannot end its block or pose as the experts'
     memory; the text stays readable (`<\u200b/case>`). `closes`: the characters that end
@@ -425,15 +428,21 @@ def _task(instructions: str) -> str:
     return truncate(_PLACEHOLDER.sub("", instructions).strip(), 600)
 
 
-def _feedback_block(fb: Feedback, max_chars: int) -> str:
+def _feedback_block(fb: Feedback, max_chars: int, handles: Handles) -> str:
     ep = Episode(
         feedback_id=fb.id, inputs=fb.inputs, outputs=fb.outputs,
         reference_outputs=fb.reference_outputs, value=fb.value, rationale=fb.rationale,
     )  # fmt: skip
     # Reflection is about the rationale: lead with it, so a small model reads it first.
     block = _episode_block(ep, max_chars, verdict_first=True)
-    fid = data_text(fb.id, closes='"')
-    return f'<feedback id="{fid}">\n{block}\n</feedback>'
+    # The handle, never the id: an id is the caller's text (`prompting.handles`).
+    return f'<feedback id="{handles.of(fb.id)}">\n{block}\n</feedback>'
+
+
+def _feedback_blocks(items: Sequence[Feedback], max_chars: int) -> str:
+    """Feedback blocks named `F1`, `F2`, ... in order (`feedback_handles(items)`)."""
+    handles = feedback_handles(items)
+    return "\n".join(_feedback_block(fb, max_chars, handles) for fb in items)
 
 
 def reflect_messages(
@@ -450,33 +459,55 @@ def reflect_messages(
 
     `contrast` holds already-learned cases with other scores near the batch: seeing what
     the experts graded differently is what lets the model state when a rule applies.
+    The feedback is named by `feedback_handles([*batch, *contrast])`, the existing
+    guidelines by `guideline_handles(existing)`.
     """
+    declared = direction.describe(scale)
     system = REFLECT_SYSTEM.format(
         task=_task(instructions), scale=scale.describe(), max_new=max_new,
         material=FEEDBACK_IS_MATERIAL,
+        direction=f'- "direction": {declared}.\n' if declared else "",
+        direction_field=', "direction": "..."' if declared else "",
     )  # fmt: skip
     parts = []
     if existing:
         parts.append("Existing guidelines:\n" + _listed(existing))
-    items = [*batch, *contrast]
-    parts.append("Expert feedback:\n" + "\n".join(_feedback_block(fb, max_chars) for fb in items))
+    parts.append("Expert feedback:\n" + _feedback_blocks([*batch, *contrast], max_chars))
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(parts))]
+
+
+def _declared(scale: Scale | None, *, cited: bool = False) -> tuple[str, str]:
+    """What an answer declares besides its rule: the lines that say so, and its JSON fields.
+
+    `cited`: which of the cases shown state the rule (`schemas.rule_schema` of a pair);
+    on a scale with directions, which way the rule moves verdicts (`graphs.direction`).
+    """
+    declare, fields = "", ""
+    if cited:
+        declare += '"source_ids": the ids of the cases whose reason states or follows the rule.\n'
+        fields += ', "source_ids": ["<feedback id>"]'
+    if scale is not None and (declared := direction.describe(scale)):
+        declare += f'"direction": {declared}.\n'
+        fields += ', "direction": "..."'
+    return declare, fields
 
 
 def pair_messages(
     instructions: str, scale: Scale, group: Sequence[Feedback], max_chars: int
 ) -> list[BaseMessage]:
-    """Ask for the one rule behind a contrast pair, or behind one case with no partner."""
-    system = PAIR_SYSTEM if len(group) > 1 else SINGLE_SYSTEM
-    body = "\n".join(_feedback_block(fb, max_chars) for fb in group)
-    return [
-        SystemMessage(
-            content=system.format(
-                task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL
-            )
-        ),
-        HumanMessage(content=body),
-    ]
+    """Ask for the one rule behind a contrast pair, or behind one case with no partner.
+
+    The cases are named by `feedback_handles(group)`.
+    """
+    pair = len(group) > 1
+    system = PAIR_SYSTEM if pair else SINGLE_SYSTEM
+    body = _feedback_blocks(group, max_chars)
+    declare, fields = _declared(scale, cited=pair)
+    content = system.format(
+        task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL,
+        declare=declare, fields=fields,
+    )  # fmt: skip
+    return [SystemMessage(content=content), HumanMessage(content=body)]
 
 
 def narrow_messages(
@@ -487,26 +518,44 @@ def narrow_messages(
     broken: Sequence[Feedback],
     max_chars: int,
 ) -> list[BaseMessage]:
-    """Ask the model to narrow a guideline that broke seen verdicts."""
+    """Ask the model to narrow a guideline that broke seen verdicts.
+
+    The cases are named by `feedback_handles([*supporting, *broken])`.
+    """
+    declare, fields = _declared(scale)
     system = NARROW_SYSTEM.format(
-        task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL
-    )
+        task=_task(instructions), scale=scale.describe(), material=FEEDBACK_IS_MATERIAL,
+        declare=declare, fields=fields,
+    )  # fmt: skip
+    handles = feedback_handles([*supporting, *broken])
     body = (
         f"Guideline: {data_text(guideline.text)}\n\nCases that support it:\n"
-        + "\n".join(_feedback_block(fb, max_chars) for fb in supporting)
+        + "\n".join(_feedback_block(fb, max_chars, handles) for fb in supporting)
         + "\n\nCases it made the judge grade wrongly (the expert score is right):\n"
-        + "\n".join(_feedback_block(fb, max_chars) for fb in broken)
+        + "\n".join(_feedback_block(fb, max_chars, handles) for fb in broken)
     )
     return [SystemMessage(content=system), HumanMessage(content=body)]
 
 
 def rederive_messages(
-    instructions: str, guideline: Guideline, remaining: Sequence[Feedback], max_chars: int
+    instructions: str,
+    guideline: Guideline,
+    remaining: Sequence[Feedback],
+    max_chars: int,
+    *,
+    scale: Scale | None = None,
 ) -> list[BaseMessage]:
-    """Ask the model to restate a guideline from its remaining sources only."""
-    system = REDERIVE_SYSTEM.format(task=_task(instructions), material=FEEDBACK_IS_MATERIAL)
-    body = f"Guideline: {data_text(guideline.text)}\n\nRemaining feedback:\n" + "\n".join(
-        _feedback_block(fb, max_chars) for fb in remaining
+    """Ask the model to restate a guideline from its remaining sources only.
+
+    With `scale`, the answer also declares which way the restatement moves verdicts
+    (`graphs.direction`), as `schemas.with_direction(Rederived, scale)` reads it.
+    """
+    declare, fields = _declared(scale)
+    system = REDERIVE_SYSTEM.format(
+        task=_task(instructions), material=FEEDBACK_IS_MATERIAL, declare=declare, fields=fields
+    )
+    body = f"Guideline: {data_text(guideline.text)}\n\nRemaining feedback:\n" + _feedback_blocks(
+        remaining, max_chars
     )
     return [SystemMessage(content=system), HumanMessage(content=body)]
 
@@ -514,7 +563,7 @@ def rederive_messages(
 def consolidate_messages(
     instructions: str, guidelines: Sequence[Guideline], max_words: int
 ) -> list[BaseMessage]:
-    """Ask the model to merge overlapping guidelines."""
+    """Ask the model to merge overlapping guidelines, named by `guideline_handles(guidelines)`."""
     system = CONSOLIDATE_SYSTEM.format(
         task=_task(instructions), max_words=max_words, material=GUIDELINES_ARE_MATERIAL
     )
@@ -523,5 +572,6 @@ def consolidate_messages(
 
 
 def _listed(guidelines: Sequence[Guideline]) -> str:
-    """Guidelines as `[id] text` lines, both quoted (`data_text`)."""
-    return "\n".join(f"[{data_text(g.id, closes=']')}] {data_text(g.text)}" for g in guidelines)
+    """Guidelines as `[G1] text` lines: the handle (`guideline_handles`), the text quoted."""
+    handles = guideline_handles(guidelines)
+    return "\n".join(f"[{handles.of(g.id)}] {data_text(g.text)}" for g in guidelines)

@@ -106,7 +106,8 @@ def test_unalign_rederives_guideline_with_remaining_sources(
     assert report.guidelines_rederived == [cold[0].id] and report.llm_calls == 1
     rederived = next(g for g in judge.guidelines if g.id == cold[0].id)
     assert rederived.source_ids == ("b",)
-    assert rederived.text == "Rule restated from b"  # distilled from b alone
+    # distilled from b alone
+    assert rederived.text == "Rule restated from My order is late and I'm angry"
     assert "rederive" in responder.roles
 
 
@@ -154,7 +155,8 @@ def test_one_failed_batch_does_not_drop_the_others(make_judge: Any, model: Any) 
     original = model.responder
 
     def flaky(messages: Any) -> Any:
-        if "grading rules of a team" in str(messages[0].content) and 'id="rude"' in str(
+        # The prompt names feedback by handles: rude's is told by its case.
+        if "grading rules of a team" in str(messages[0].content) and RUDE.inputs in str(
             messages[-1].content
         ):
             return "garbage"

@@ -286,8 +286,10 @@ def test_reflection_sees_contrasting_stored_cases(make_judge: Any) -> None:
     judge.align([fb("upset", "Late order, I'm furious!", "Thursday.", False, "Apologize first.")])
     reflect = [c for c in model.calls if "grading rules" in str(c[0].content)]
     assert len(reflect) == 1
-    shown = re.findall(r'<feedback id="([^"]+)">', str(reflect[0][1].content))
-    assert shown == ["upset", "calm"]
+    # The batch first, then the stored contrast case (told by their inputs: a prompt names
+    # feedback by handles).
+    shown = re.findall(r"^Inputs: (.*)$", str(reflect[0][1].content), re.MULTILINE)
+    assert shown == ["Late order, I'm furious!", "What time?"]
 
 
 def test_judge_prompt_shows_the_answer_format_with_single_braces() -> None:

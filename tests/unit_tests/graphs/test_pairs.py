@@ -89,7 +89,9 @@ def test_a_stored_partner_is_shown_but_not_reflected_again(
     judge.align([REFUND_BAD])
     assert responder.roles.count("pair") == 2  # one for each align
     prompt = model.calls[-1][1].content
-    assert 'id="refund-bad"' in prompt and 'id="refund-ok"' in prompt
+    # Both cases, named by handles (a prompt never shows an id).
+    assert 'id="F1"' in prompt and 'id="F2"' in prompt
+    assert str(REFUND_BAD.outputs) in prompt and str(REFUND_OK.outputs) in prompt
     assert judge.memory.store.pending_reflection() == []
 
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 from conftest import fb
-from fakes import RoleResponder, ScriptedChatModel
+from fakes import RoleResponder, ScriptedChatModel, handles_of
 from langchain_core.embeddings import Embeddings
 
+from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.provenance import names_one_case, restates_case, supporting_sources
 
 UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
@@ -18,15 +19,15 @@ CALM = fb("calm", "What time do you close?", "We close at 6pm.", True,
           "A calm question needs no apology; a direct answer is right.")  # fmt: skip
 
 
-def proposing(*proposals: tuple[str, list[str]]) -> ScriptedChatModel:
-    """A model whose reflection proposes these (text, cited ids) guidelines and that
+def proposing(*proposals: tuple[str, list[Feedback]]) -> ScriptedChatModel:
+    """A model whose reflection proposes these (text, cited feedback) guidelines and that
     answers every other call as `RoleResponder` does."""
     responder = RoleResponder()
 
     def respond(messages: list[Any]) -> Any:
         if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": t, "source_ids": ids, "existing_id": ""}
-                                   for t, ids in proposals]}  # fmt: skip
+            return {"guidelines": [{"text": t, "source_ids": handles_of(messages, cited),
+                                    "existing_id": ""} for t, cited in proposals]}  # fmt: skip
         return responder(messages)
 
     return ScriptedChatModel(responder=respond)
@@ -159,9 +160,9 @@ class TableEmbeddings(Embeddings):
 def test_align_cites_only_supporting_feedback_and_rejects_case_summaries(make_judge: Any) -> None:
     rule = "When the customer is upset, open with an apology."
     model = proposing(
-        (rule, ["upset", "calm"]),
-        ("Reply that my order is late and apologize.", ["upset"]),
-        ("Be brief.", ["calm"]),
+        (rule, [UPSET, CALM]),
+        ("Reply that my order is late and apologize.", [UPSET]),
+        ("Be brief.", [CALM]),
     )
 
     table = {
@@ -199,8 +200,8 @@ def test_align_rejects_a_remark_copied_from_a_case_it_does_not_cite(make_judge: 
     def respond(messages: list[Any]) -> Any:
         if "grading rules" not in str(messages[0].content):
             return responder(messages)
-        cite = "kind" if "Glad to help" in str(messages) else "curt"
-        return {"guidelines": [{"text": remark, "source_ids": [cite], "existing_id": ""}]}
+        cite = handles_of(messages, [kind] if "Glad to help" in str(messages) else [curt])
+        return {"guidelines": [{"text": remark, "source_ids": cite, "existing_id": ""}]}
 
     judge = make_judge(model=ScriptedChatModel(responder=respond))
     judge.align([curt])  # stored; shown as a contrast case when `kind` is reflected on
@@ -220,7 +221,7 @@ def test_unalign_keeps_a_rule_the_remaining_feedback_supports(make_judge: Any) -
         str(upset2.rationale): [0.9, 0.3, 0.0],
         str(CALM.rationale): [0.1, 1.0, 0.0],
     }
-    model = proposing((rule, ["upset", "upset2", "calm"]))
+    model = proposing((rule, [UPSET, upset2, CALM]))
     judge = make_judge(
         model=model,
         embeddings=TableEmbeddings(table),
@@ -263,7 +264,7 @@ def test_align_rejects_a_guideline_about_one_case_topic(make_judge: Any) -> None
         str(a.rationale): list(unit(0.6, 0.0, 0.0, 0.8)),
     }
     judge = make_judge(
-        model=proposing((topic, ["a"]), (rule, ["a"])),
+        model=proposing((topic, [a]), (rule, [a])),
         embeddings=TableEmbeddings(table, default=[0.0, 0.0, 0.0, 1.0]),
         options={"reflection": {"source_support": 0.4}},
     )
@@ -300,7 +301,7 @@ def test_align_rejects_a_guideline_about_one_question_answered_several_times(
         str(answers[0].rationale): list(unit(0.8, 0.0, 0.6)),
     }
     judge = make_judge(
-        model=proposing((topic, ["e0"]), (rule, ["e0"])),
+        model=proposing((topic, [answers[0]]), (rule, [answers[0]])),
         embeddings=TableEmbeddings(table, default=[0.0, 0.0, 1.0]),
         options={"reflection": {"source_support": 0.4}},
     )

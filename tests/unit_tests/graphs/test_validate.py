@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from conftest import fb
-from fakes import RoleResponder, ScriptedChatModel
+from fakes import RoleResponder, ScriptedChatModel, handles_of
 
 from langchain_memalign.config import merge_options
+from langchain_memalign.feedback import Feedback
 
 UPSET = fb("upset", "My order is late and I'm furious!", "It ships Thursday.", False,
            "Open with an apology when the customer is upset.")  # fmt: skip
@@ -37,18 +38,19 @@ def judge_rule(case: str, memory: str) -> dict[str, Any]:
 
 def make(
     make_judge: Any,
-    proposal: tuple[str, str] = (BROAD, "upset"),
+    proposal: tuple[str, Feedback] = (BROAD, UPSET),
     rule: Callable[[str, str], Any] = judge_rule,
     options: dict[str, Any] | None = None,
 ) -> tuple[Any, RoleResponder, ScriptedChatModel]:
-    """A judge whose reflection proposes `proposal` (text, source id) and whose grading
+    """A judge whose reflection proposes `proposal` (text, source) and whose grading
     follows `rule` (by default `judge_rule`)."""
     responder = RoleResponder(judge_rule=rule)
     text, source = proposal
 
     def respond(messages: list[Any]) -> Any:
         if "grading rules" in str(messages[0].content):
-            return {"guidelines": [{"text": text, "source_ids": [source], "existing_id": ""}]}
+            cited = handles_of(messages, [source])
+            return {"guidelines": [{"text": text, "source_ids": cited, "existing_id": ""}]}
         return responder(messages)
 
     model = ScriptedChatModel(responder=respond)
@@ -141,14 +143,14 @@ def test_require_fix_drops_a_guideline_that_changes_nothing_without_narrowing(
     make_judge: Any,
 ) -> None:
     polite = "When replying to any customer, be polite."
-    judge, _, model = make(make_judge, proposal=(polite, "calm"))
+    judge, _, model = make(make_judge, proposal=(polite, CALM))
     report = judge.align([CALM, CALM2])
     [check] = report.validation
     assert (check.fixed, check.broken, check.action) == ([], [], "kept")  # the default
     assert [g.text for g in judge.guidelines] == [polite]
 
     judge, _, model = make(
-        make_judge, proposal=(polite, "calm"), options={"validation": {"require_fix": True}}
+        make_judge, proposal=(polite, CALM), options={"validation": {"require_fix": True}}
     )
     report = judge.align([CALM, CALM2])
     [check] = report.validation
@@ -255,7 +257,8 @@ def test_the_nearest_non_sources_are_checked_whatever_their_score(make_judge: An
     # over-applied to (here the calm ones) must still be checked
     def respond(messages: list[Any]) -> Any:
         if "grading rules" in str(messages[0].content):
-            rule = {"text": BROAD, "source_ids": ["upset", "calm"], "existing_id": ""}
+            cited = handles_of(messages, [UPSET, CALM])
+            rule = {"text": BROAD, "source_ids": cited, "existing_id": ""}
             return {"guidelines": [rule]}
         return RoleResponder(judge_rule=judge_rule)(messages)
 

@@ -60,7 +60,7 @@ def test_a_model_writing_a_huge_guideline_is_retried_and_nothing_huge_is_stored(
 ) -> None:
     def huge(messages: Any) -> Any:
         if "grading rules of a team of experts" in str(messages[0].content):
-            return {"guidelines": [{"text": "When " + "w" * 200_000, "source_ids": ["sweater"]}]}
+            return {"guidelines": [{"text": "When " + "w" * 200_000, "source_ids": ["F1"]}]}
         return responder(messages)
 
     judge = make_judge(model=ScriptedChatModel(responder=huge))
@@ -129,9 +129,10 @@ def test_reflection_prompts_stay_within_the_budget_with_huge_cases(
     judge.align(items[4:])
     sizes = _prompt_sizes(model)
     assert sizes and max(sizes) <= 1_500 * limits.CHARS_PER_TOKEN
-    # Every batch item is still shown, by id, for the model to cite.
+    # Every batch item is still shown, by its handle, for the model to cite.
     reflect = [c for c in model.calls if "grading rules" in str(c[0].content)]
-    assert all(f'id="big{i}"' in str(reflect[-1][1].content) for i in range(4, 8))
+    assert all(f'id="F{i}"' in str(reflect[-1][1].content) for i in range(1, 5))
+    assert all(f"Reason {i}: " in str(reflect[-1][1].content) for i in range(4, 8))
 
 
 def test_consolidation_prompts_stay_within_the_budget(
