@@ -450,6 +450,10 @@ class Bench:
 # -- summary -----------------------------------------------------------------------------------
 
 
+# The check-report actions of a rule that keeps a check (`CheckReport.action`).
+KEPT = ("written", "rephrased", "covered", "tested")
+
+
 def relearn_checks(judge: MemAlignJudge) -> dict[str, Any]:
     """The judge's checks dropped and learned again from its guidelines and cases; the cost."""
     memory = judge._align_nodes.memory
@@ -515,6 +519,11 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             out["runs"][run]["relearn_per_domain"] = {
                 k: round(v / max(1, len(domains)), 1) for k, v in relearn.items()
             }
+            out["runs"][run]["checks_kept"] = sum(
+                c["action"] in KEPT
+                for e in domains.values()
+                for c in (e.get("relearn") or {}).get("checks", [])
+            )
     # Run-to-run noise: the same system's repeats, case by case, where the prompt was the same.
     systems: dict[str, list[str]] = defaultdict(list)
     for run in data["runs"]:
@@ -571,6 +580,14 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             cells.append("–" if c is None else f"{c.get('adversarial', 0)}/{c.get('scope', 0)}/"
                          f"{c.get('plain', 0)}, {c.get('seen', 0)}")  # fmt: skip
         lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    relearned = {run: s for run, s in summary["runs"].items() if "relearn_per_domain" in s}
+    if relearned:
+        lines += ["", "| run (checks learned again) | calls / domain | prompt tokens / domain | "
+                  "checks kept |", "|---|---|---|---|"]  # fmt: skip
+        for run, s in sorted(relearned.items()):
+            r = s["relearn_per_domain"]
+            lines.append(f"| {run} | {r.get('llm_calls', 0):g} | "
+                         f"{r.get('input_tokens', 0):g} | {s.get('checks_kept', 0)} |")  # fmt: skip
     if summary["noise"]:
         lines += ["", "| system | cases | verdicts changed between repeats | identical prompts | "
                   "changed with an identical prompt |", "|---|---|---|---|---|"]  # fmt: skip
