@@ -19,7 +19,10 @@ and side by side on the same servers:
 - `ours_<name>` for each `--ablation name:option=value;...`: the same, one mechanism changed;
 - `ours_<name>` for each `--judge-ablation name:option=value;...`: `ours`' own memory (the same
   repeat's, saved after its alignment) judged with these options changed: the same guidelines
-  and past cases, so only the judging differs;
+  and past cases, so only the judging differs; with `_relearn_checks=true` among the options,
+  the memory's checks are first learned again from scratch with these options (the same
+  guidelines and cases, so only the check learning differs: its cost is recorded as `relearn`;
+  `_judge=false` records only that);
 - `mlflow`: MLflow 3.18's `MemAlignOptimizer` (its own venv, through the counting proxy).
 
 Every system judges the 16 test cases and, with expert-verdict reuse off, the 8 seen cases
@@ -73,6 +76,7 @@ from side_by_side import (
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge, Scale
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
+from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,9 +322,16 @@ class Bench:
                 db.execute("DELETE FROM guideline_sources")
                 db.execute("DELETE FROM guidelines")
         oracle = options.pop("_oracle_rule", False)
+        relearn = options.pop("_relearn_checks", False)
+        judging = options.pop("_judge", True)
         judge = MemAlignJudge.load(scratch, self.judge_llm, self.emb,
                                    reflection_model=self.reflect_llm,
                                    **judge_kwargs(options))  # fmt: skip
+        learned: dict[str, Any] = {}
+        if relearn:
+            learned = {"relearn": relearn_checks(judge)}
+            log(f"  {d.name}: checks learned again, {learned['relearn']['llm_calls']} calls, "
+                f"{learned['relearn']['input_tokens']} prompt tokens")  # fmt: skip
         if oracle:
             # The hidden rule itself as the only guideline: what a reflection that found it
             # would give (an exploration upper bound, never a published system).
@@ -330,7 +341,8 @@ class Bench:
                 w.delete_guidelines([g.id for g in mem.guidelines])
                 w.put_guideline(rule, mem.embed([d.rule])[0], 0)
         try:
-            return {"judged_on": str(memory), **self.judge_all(judge, d, seen=self.args.seen)}
+            judged = self.judge_all(judge, d, seen=self.args.seen) if judging else {}
+            return {"judged_on": str(memory), **learned, **judged}
         finally:
             judge.close()
             shutil.rmtree(scratch.parent, ignore_errors=True)
@@ -438,6 +450,30 @@ class Bench:
 # -- summary -----------------------------------------------------------------------------------
 
 
+# The check-report actions of a rule that keeps a check (`CheckReport.action`).
+KEPT = ("written", "rephrased", "covered", "tested")
+
+
+def relearn_checks(judge: MemAlignJudge) -> dict[str, Any]:
+    """The judge's checks dropped and learned again from its guidelines and cases; the cost."""
+    memory = judge._align_nodes.memory
+    state = load_rulebook(memory.store)
+    state.checks = {}
+    with memory.write() as w:
+        w.put_rulebook(state)
+    learner = judge._align_nodes.check_learner
+    assert learner is not None
+    counter = UsageCallbackHandler()
+    started = time.perf_counter()
+    reports, _, errors = learner.run([], with_callback(None, counter))
+    u = counter.usage()
+    return {
+        "seconds": round(time.perf_counter() - started, 1), "llm_calls": u.llm_calls,
+        "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+        "checks": [c.model_dump() for c in reports], "errors": errors,
+    }  # fmt: skip
+
+
 def _counts(preds: list[dict[str, Any]]) -> dict[str, int]:
     c: dict[str, int] = defaultdict(int)
     for p in preds:
@@ -453,6 +489,7 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
         pooled: dict[str, int] = defaultdict(int)
         per_domain = {}
         align: dict[str, float] = defaultdict(float)
+        relearn: dict[str, float] = defaultdict(float)
         tokens = judgments = 0
         for dname, e in domains.items():
             tc = _counts(e.get("test", []))
@@ -467,6 +504,7 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
                 pooled[k] += v
             for k in ("llm_calls", "input_tokens", "output_tokens", "seconds"):
                 align[k] += float((e.get("align") or {}).get(k) or 0)
+                relearn[k] += float((e.get("relearn") or {}).get(k) or 0)
             for p in e.get("test", []):
                 tokens += p.get("prompt_tokens") or 0
                 judgments += 1
@@ -477,6 +515,15 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
             "align_per_domain": {k: round(v / max(1, len(domains)), 1) for k, v in align.items()},
             "prompt_tokens_per_judgment": round(tokens / max(1, judgments), 1),
         }
+        if any(e.get("relearn") for e in domains.values()):
+            out["runs"][run]["relearn_per_domain"] = {
+                k: round(v / max(1, len(domains)), 1) for k, v in relearn.items()
+            }
+            out["runs"][run]["checks_kept"] = sum(
+                c["action"] in KEPT
+                for e in domains.values()
+                for c in (e.get("relearn") or {}).get("checks", [])
+            )
     # Run-to-run noise: the same system's repeats, case by case, where the prompt was the same.
     systems: dict[str, list[str]] = defaultdict(list)
     for run in data["runs"]:
@@ -533,6 +580,14 @@ def markdown(data: dict[str, Any], summary: dict[str, Any]) -> str:
             cells.append("–" if c is None else f"{c.get('adversarial', 0)}/{c.get('scope', 0)}/"
                          f"{c.get('plain', 0)}, {c.get('seen', 0)}")  # fmt: skip
         lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    relearned = {run: s for run, s in summary["runs"].items() if "relearn_per_domain" in s}
+    if relearned:
+        lines += ["", "| run (checks learned again) | calls / domain | prompt tokens / domain | "
+                  "checks kept |", "|---|---|---|---|"]  # fmt: skip
+        for run, s in sorted(relearned.items()):
+            r = s["relearn_per_domain"]
+            lines.append(f"| {run} | {r.get('llm_calls', 0):g} | "
+                         f"{r.get('input_tokens', 0):g} | {s.get('checks_kept', 0)} |")  # fmt: skip
     if summary["noise"]:
         lines += ["", "| system | cases | verdicts changed between repeats | identical prompts | "
                   "changed with an identical prompt |", "|---|---|---|---|---|"]  # fmt: skip
@@ -800,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         ap.error(f"unknown system {system!r}")
                     results.put(run, d.name, entry)
-                    c = _counts(entry["test"])
+                    c = _counts(entry.get("test", []))
                     log(
                         f"  {run} {d.name}: adv "
                         f"{c.get('adversarial', 0)}/{c.get('adversarial_n', 0)}"

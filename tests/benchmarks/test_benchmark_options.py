@@ -16,10 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import quality
 import rules
 import scenario
+from conftest import fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from harness.options import judge_kwargs, option_value
 
-from langchain_memalign import JudgeOptions
+from langchain_memalign import JudgeOptions, MemAlignJudge
 
 MODELS = (ScriptedChatModel(responder=RoleResponder()), None, HashEmbeddings())
 
@@ -148,3 +149,36 @@ def test_rules_learning_curve_puts_unaligned_at_0_and_averages_repeats(tmp_path:
     assert points["adversarial"] == [(0, 16), (4, 20), (8, 29.5)]
     rules.plot_curve(summary, str(tmp_path / "c.png"))
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_relearn_checks_learns_a_saved_memorys_checks_again(tmp_path: Path) -> None:
+    responder = RoleResponder(lambda case, memory: {"rationale": "Fine.", "score": True})
+    responder.check_word = "sorry"
+    model = ScriptedChatModel(responder=responder)
+    options: dict[str, Any] = {"checks": {"mode": "separate"}, "validation": {"mode": "off"}}
+    train = [
+        fb("a", "Refund please, I'm upset", "Refunds take 5 days.", False, "Say sorry first."),
+        fb("b", "My order is late, I'm angry", "It ships soon.", False, "No apology at all."),
+        fb("c", "I'm upset, the app crashed", "So sorry! Reinstall it.", True, "Apologises."),
+        fb("d", "I'm angry, charged twice", "Sorry about that, refunded.", True, "Good."),
+    ]
+    judge = MemAlignJudge(
+        name="d", instructions="{inputs} {outputs}", model=model, embeddings=HashEmbeddings(),
+        scale=bool, options=options,
+    )  # fmt: skip
+    judge.align(train)
+    before = {r.id: r.check.describe() for r in judge.rules.list() if r.check is not None}
+    assert before
+    judge.save(tmp_path / "memory")
+    judge.close()
+
+    loaded = MemAlignJudge.load(tmp_path / "memory", model, HashEmbeddings())
+    calls = len(responder.roles)
+    got = rules.relearn_checks(loaded)
+    # Learned again from scratch: every rule's questions asked anew, the same checks kept.
+    assert got["llm_calls"] == len(responder.roles) - calls > 0
+    assert got["input_tokens"] > 0 and not got["errors"]
+    again = {r.id: r.check.describe() for r in loaded.rules.list() if r.check is not None}
+    assert again == before
+    assert {c["rule_id"] for c in got["checks"]} >= set(before)
+    loaded.close()
