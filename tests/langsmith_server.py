@@ -47,7 +47,7 @@ OpenAPI resources use):
 
 Ordering follows the real API: runs and feedback are listed newest first (the v1 run
 query also oldest first with ``order="asc"``; the v2 run query's order is undocumented,
-``v2_run_order`` makes it unrelated to time).
+``v2_run_order`` makes it oldest first, or unrelated to time).
 Offset-paginated lists (feedback, sessions, examples, queues...) return ``limit``
 items per page; the real client stops at the first page shorter than ``limit`` (at
 most 100), so more than ``2 * limit`` items give more than two pages. ``/runs/query``
@@ -325,10 +325,12 @@ class LangSmithTestServer:
                 False refuses the parameter with 422, as self-hosted servers before 0.18.
             v2_run_order: The order of the v2 run query's results, which the API does not
                 document (it has no order parameter): ``"newest"`` (start time descending,
-                what the service is seen to do) or ``"unordered"`` (an order stable across
-                the pages of a query but unrelated to time), for tests that show a caller
-                assumes none. The v1 ``/runs/query`` takes ``order`` (``"asc"``/``"desc"``,
-                newest first by default), as the SDK's ``read_thread`` documents.
+                what the service is seen to do), ``"oldest"`` (start time ascending: every
+                caller taking the first runs for the latest is wrong on it) or
+                ``"unordered"`` (an order stable across the pages of a query but unrelated
+                to time), for tests that show a caller assumes none. The v1
+                ``/runs/query`` takes ``order`` (``"asc"``/``"desc"``, newest first by
+                default), as the SDK's ``read_thread`` documents.
 
         Strict like the real service: ``feedback_source.user_id`` is stamped from the
         caller's API key (see :meth:`add_user`), ``user_name`` is only returned with
@@ -352,7 +354,7 @@ class LangSmithTestServer:
         self.query_backend = query_backend
         self.enforced_feedback_configs = enforced_feedback_configs
         self.include_all_configs = include_all_configs
-        if v2_run_order not in ("newest", "unordered"):
+        if v2_run_order not in ("newest", "oldest", "unordered"):
             raise ValueError(f"unknown v2_run_order {v2_run_order!r}")
         self.v2_run_order = v2_run_order
         # API key -> user ({"id", "name"}); the caller of the request being handled
@@ -1317,8 +1319,8 @@ class LangSmithTestServer:
                 and (hi_fb is None or _parse_time(f["modified_at"]) < hi_fb)  # type: ignore[operator]
             }
             runs = [r for r in runs if r["id"] in touched]
-        if self.v2_run_order == "newest":
-            runs.sort(key=_time_order, reverse=True)
+        if self.v2_run_order in ("newest", "oldest"):
+            runs.sort(key=_time_order, reverse=self.v2_run_order == "newest")
         else:  # stable across a query's pages, unrelated to time
             runs.sort(key=lambda r: hashlib.sha256(r["id"].encode()).digest())
         offset = int(body.get("cursor") or 0)

@@ -1,10 +1,11 @@
 """Run lookups of the LangSmith calls.
 
 `RunsAPI` reads runs by id (through their project on the v2 query, by id on
-v1), lists a project's root runs (the latest, or those after a position, oldest
-first) and the runs whose feedback changed since a time, reads dataset
-examples' reference outputs, and turns the run references callers give into
-`RunRecord`s; `_from_v1` and `_from_v2` convert the two APIs' run objects.
+v1), lists a project's root runs (the latest, newest first, or those after a
+position, oldest first; the v2 query's own order is relied on for neither) and
+the runs whose feedback changed since a time, reads dataset examples' reference
+outputs, and turns the run references callers give into `RunRecord`s; `_from_v1`
+and `_from_v2` convert the two APIs' run objects.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ _BOUND_MARGIN = dt.timedelta(milliseconds=1)
 # Positions are listed with ids and start times only: many a page (the v2 query's most).
 _LIST_PAGE = 1000
 _V1_LIST_SELECT = ["id", "name", "run_type", "start_time"]  # what `schemas.Run` requires
+# Listing a project's latest runs, a window is narrowed only once this many runs past the
+# `limit` asked for are seen: whatever order the query lists in, a narrowing then leaves
+# out at least this many runs, and on the newest-first order the service is seen to use,
+# the second listing is the last.
+_LATEST_SLACK = _LIST_PAGE
 
 
 @dataclass
@@ -169,26 +175,44 @@ class RunsAPI(APIBase):
         limit: int | None = None,
         with_errors: bool = True,
     ) -> list[RunRecord]:
-        """The root runs of a project, newest first (`with_errors=False`: those without error)."""
+        """The latest `limit` root runs of a project (all without a limit), newest first.
+
+        Newest first by start time, then id; `with_errors=False` leaves out the runs that
+        ended with an error (the query does: they take no place among the `limit`).
+
+        The v2 query has no order parameter (its order is not documented), so with a
+        `limit` its windows are listed (ids and start times only) and sorted here: a
+        window holding more than `limit` runs and a slack is narrowed to the start time
+        of the `limit`-th latest seen, until one is listed whole; then the runs chosen
+        are read in full. v1 is asked for newest first (`order="desc"`, as the SDK's own
+        `list_threads` asks).
+        """
+        if limit is not None and limit < 1:
+            return []
         # Left out by the service, errored runs take no place among the `limit` latest.
         no_error: dict[str, bool] = {} if with_errors else {"has_error": False}
         api = self._v2_runs()
         if api is not None:
             try:
-                runs: list[RunRecord] = []
-                for run in self._query_v2_iter(
-                    api,
-                    project_ids=[str(project.id)],
-                    is_root=True,
-                    # Not the project's start time: runs can start before it.
-                    min_start_time=EARLIEST,
-                    max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
-                    **no_error,
-                ):
-                    runs.append(run)
-                    if limit is not None and len(runs) >= limit:
-                        break
-                return runs
+                pid = str(project.id)
+                if limit is None:
+                    runs = list(
+                        self._query_v2_iter(
+                            api,
+                            project_ids=[pid],
+                            is_root=True,
+                            # Not the project's start time: runs can start before it.
+                            min_start_time=EARLIEST,
+                            max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                            **no_error,
+                        )
+                    )
+                    return sorted(runs, key=_start_and_id, reverse=True)
+                positions = self._latest_v2(api, project, limit, no_error)
+                found = self._read_v2(
+                    api, pid, [rid for _, rid in positions], {rid: (pid, t) for t, rid in positions}
+                )
+                return [found[rid] for _, rid in positions if rid in found]
             except Exception as e:
                 self._v2_failed(e)
         with _legacy():
@@ -199,8 +223,47 @@ class RunsAPI(APIBase):
                     is_root=True,
                     limit=limit,
                     error=None if with_errors else False,
+                    order="desc",
                 )
             ]
+
+    @staticmethod
+    def _latest_v2(
+        api: Any, project: ls_schemas.TracerSession, limit: int, no_error: dict[str, bool]
+    ) -> list[RunPosition]:
+        """The positions of the `limit` latest root runs of a project, newest first."""
+        lo = EARLIEST  # not the project's start time: runs can start before it
+        hi = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+        whole = False
+        while True:
+            found: list[RunPosition] = []
+            over = False
+            for run in api.runs.query_v2(
+                project_ids=[str(project.id)],
+                is_root=True,
+                min_start_time=lo,
+                max_start_time=hi,
+                selects=["ID", "START_TIME"],
+                page_size=_LIST_PAGE,
+                **no_error,
+            ):
+                position = _position(run)
+                if position is None:
+                    continue
+                found.append(position)
+                if not whole and len(found) > limit + _LATEST_SLACK:
+                    over = True
+                    break
+            found.sort(reverse=True)
+            if not over:
+                return found[:limit]
+            # Too many to list whole: the `limit` latest of the window are no earlier than
+            # the `limit`-th latest seen so far. (The bound is moved before it in case the
+            # API's lower bound is exclusive.)
+            bound = found[limit - 1][0] - _BOUND_MARGIN
+            if bound <= lo:  # no narrower than the last window: list this one whole
+                whole = True
+            lo = max(lo, bound)
 
     def runs_after(
         self,
@@ -371,6 +434,11 @@ class RunsAPI(APIBase):
                 "Run objects (with session_id) or project=... instead of bare run ids"
             )
         return [found[i] for i in ids if i in found]
+
+
+def _start_and_id(run: RunRecord) -> RunPosition:
+    """A run's position (a run without a start time sorts first)."""
+    return (run.start_time or EARLIEST, run.id)
 
 
 def _position(run: Any) -> RunPosition | None:

@@ -342,9 +342,10 @@ def write_verdicts(
         judge: The judge.
         client: A `langsmith.Client` (default: from the environment).
         runs: The runs to judge (ids or `Run` objects)...
-        project: ...or a project whose root runs to judge (newest first; those that
-            ended with an error are not read).
-        limit: At most this many runs of the project (errored runs not counted).
+        project: ...or a project whose root runs to judge (newest first by start
+            time; those that ended with an error are not read).
+        limit: At most this many runs of the project: its latest (errored runs not
+            counted).
         mapping: Which run fields are the case's inputs and outputs.
         tracing_project: Where the judge's runs are traced.
         max_concurrency: Judgments in parallel.

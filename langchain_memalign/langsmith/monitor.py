@@ -119,6 +119,13 @@ class MonitorCycle(BaseModel):
         description=f"Runs no longer judged: their judgment failed {MAX_ATTEMPTS} times, "
         "or they were still running a day after they started (`PENDING_LIMIT`).",
     )
+    errored: list[str] = Field(
+        default_factory=list,
+        description="Runs read that had ended with an error, skipped: not judged, and not "
+        "read again (a run kept aside while running that then failed, or one that failed "
+        "between the listing and the reading). Runs that had already failed when listed "
+        "are left out by the run query, and not counted.",
+    )
     sampled_out: int = Field(default=0, description="Runs left out by the sampling rate.")
     filtered_out: int = Field(default=0, description="Runs `where` refused.")
     verdicts: list[Verdict] = Field(default_factory=list, description="Verdicts written.")
@@ -159,7 +166,11 @@ class MonitorCycle(BaseModel):
         """One line: reviews learned (with prior agreement), runs judged, runs sent."""
         acc = self.accuracy
         agreed = "" if acc is None else f" (judge agreed with {acc:.0%} before learning)"
-        counts = ((len(self.failed), "failed"), (len(self.given_up), "given up"))
+        counts = (
+            (len(self.failed), "failed"),
+            (len(self.given_up), "given up"),
+            (len(self.errored), "errored (skipped)"),
+        )
         trouble = "".join(f"{n} {what}; " for n, what in counts if n)
         cut = ", rate limited: cut short" if self.rate_limited else ""
         if self.outage:
@@ -436,6 +447,10 @@ class JudgeMonitor:
             if rid not in found or found[rid].error:
                 # Deleted, past retention, or ended with an error while kept aside.
                 state.held.pop(rid)
+        # Nothing to judge in an errored run, but the report names it: a run that was
+        # pending and then failed would otherwise vanish from the watch's accounts. It is
+        # reported once: no longer kept aside, and new ones the cursor moves past.
+        cycle.errored = [r for r in [*new_ids, *again] if r in found and found[r].error]
         runs = [found[r] for r in [*new_ids, *again] if r in found and not found[r].error]
         cycle.considered = len(runs)
         judged = {

@@ -61,7 +61,8 @@ from langchain_memalign.scale import Scale
 Selection = Literal["all", "sample", "uncertain", "disagreement"]
 """Which runs `send` puts in the queue.
 
-- `"all"`: every candidate (up to `limit`), newest first;
+- `"all"`: every candidate (up to `limit`), in the order given, or a project's
+  newest first;
 - `"sample"`: a random sample of `limit` candidates;
 - `"uncertain"`: the candidates the judge is least sure about (its verdict
   disagrees most with the expert labels of the most similar past cases);
@@ -255,10 +256,12 @@ class JudgeAnnotationQueue:
 
         Args:
             runs: Candidate runs (ids or `Run` objects)...
-            project: ...or a project whose latest root runs are the candidates.
+            project: ...or a project whose latest root runs are the candidates,
+                newest first.
             select: Which candidates to send (see `Selection`).
             limit: At most this many runs are sent (required for "sample").
-            scan: At most this many of the project's latest runs are considered.
+            scan: At most this many of the project's latest runs (by start time) are
+                considered; None: all of them.
             signal_keys: Feedback keys the judge's verdict is compared with for
                 `select="disagreement"`.
             skip_reviewed: Leave out runs that already have human feedback on the

@@ -324,6 +324,44 @@ def test_write_verdicts_judges_ended_runs_without_error_each_on_its_own(
     assert sorted(_verdict_runs(server)) == sorted(good)
 
 
+@pytest.mark.parametrize("order", ["oldest", "unordered", "newest", "v1"])
+def test_write_verdicts_judges_a_projects_latest_runs_whatever_order_the_query_lists(
+    order: str, judge: MemAlignJudge
+) -> None:
+    # The v2 run query documents no order: `limit` keeps the runs that started last, not
+    # the first the query lists. (v1 is asked for newest first.)
+    v2 = order != "v1"
+    with LangSmithTestServer(
+        runs_page_size=3, runs_v2=v2, v2_run_order=order if v2 else "newest"
+    ) as server:
+        client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
+        try:
+            project = server.add_project("prod")["id"]
+            start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+            ids = []
+            for i in range(8):
+                at = start + dt.timedelta(seconds=i)
+                ids.append(
+                    server.add_run(
+                        session_id=project,
+                        inputs={"q": f"hours {i}?"},
+                        outputs={"a": "9 to 5."},
+                        start_time=at.isoformat(),
+                        end_time=(at + dt.timedelta(milliseconds=500)).isoformat(),
+                    )["id"]
+                )
+            # An errored run, the latest of all, takes no place among them.
+            late = (start + dt.timedelta(minutes=1)).isoformat()
+            server.add_run(session_id=project, inputs={"q": "x"}, error="Boom",
+                           start_time=late, end_time=late)  # fmt: skip
+            verdicts = write_verdicts(judge, client, project="prod", limit=3)
+            assert [v.run_id for v in verdicts] == ids[::-1][:3]  # newest first
+            assert sorted(_verdict_runs(server)) == sorted(ids[-3:])
+            assert verdicts.skipped == {} and verdicts.failed == {}
+        finally:
+            client.close(timeout=5)
+
+
 def test_write_verdicts_writes_each_verdict_once_known_so_a_kill_loses_none(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
 ) -> None:

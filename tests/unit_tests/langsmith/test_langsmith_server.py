@@ -138,7 +138,8 @@ def test_run_queries_order_and_select_as_documented(server: LangSmithTestServer)
     assert [str(r.id) for r in asc] == ids and asc[0].outputs is None and asc[0].inputs == {}
     with pytest.raises(Exception, match="422 Client Error"):
         list(c.list_runs(project_id=project["id"], order="up"))
-    # v2: no order parameter; "unordered" serves one unrelated to time, stable over pages.
+    # v2: no order parameter; "oldest" serves the opposite of what the service is seen to
+    # do, "unordered" one unrelated to time, stable over pages.
     api = c._get_langsmith_api_sync()
     window = {"min_start_time": start, "max_start_time": start + dt.timedelta(minutes=1)}
 
@@ -146,6 +147,8 @@ def test_run_queries_order_and_select_as_documented(server: LangSmithTestServer)
         return [str(r.id) for r in api.runs.query_v2(project_ids=[project["id"]], **window)]
 
     assert v2() == ids[::-1]
+    server.v2_run_order = "oldest"
+    assert v2() == ids
     server.v2_run_order = "unordered"
     assert sorted(v2()) == sorted(ids) and v2() not in (ids, ids[::-1]) and v2() == v2()
     with pytest.raises(Exception, match="page_size must be between 1 and 1000"):

@@ -619,6 +619,30 @@ def test_a_running_run_does_not_hold_the_cursor_and_is_judged_once_it_ends(
     assert sorted(verdict_runs(server)) == sorted(ended + running)
 
 
+@pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
+def test_a_run_kept_aside_that_ends_with_an_error_is_reported_as_skipped(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    running = add_runs(server, ["polite stream", "polite chat"], ended=False, outputs=None)
+    monitor = JudgeMonitor(judge, client, project="prod")
+    first = monitor.run_once()
+    assert first.pending == 2 and first.errored == [] and "errored" not in first.summary()
+    # Both end while kept aside, one with an error: it is not judged, and the cycle says so
+    # (its id in the report) rather than dropping it silently.
+    now = dt.datetime.now(dt.UTC)
+    client.update_run(running[0], end_time=now, error="TimeoutError: upstream")
+    client.update_run(running[1], end_time=now, outputs={"a": "Done."})
+    second = monitor.run_once()
+    assert [v.run_id for v in second.verdicts] == running[1:] and second.pending == 0
+    assert second.errored == running[:1] and second.considered == 1
+    assert "1 errored (skipped)" in second.summary()
+    assert second.model_dump(mode="json")["errored"] == running[:1]
+    # Reported once: it is no longer read.
+    third = monitor.run_once()
+    assert (third.considered, third.errored) == (0, [])
+    assert verdict_runs(server) == running[1:]
+
+
 def test_a_run_still_running_a_day_after_it_started_is_given_up(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge
 ) -> None:
