@@ -540,42 +540,62 @@ class PostgresBase(Store):
                 conn.execute("ROLLBACK")
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self, *, add_judge: bool = False) -> Iterator[Any]:
         """All-or-nothing writes; a commit gives the memory a new version.
 
         The judge row is locked first (`FOR UPDATE`), so concurrent
         transactions on one judge run one after the other and each gets the
         next change sequence. Inside an `atomic` unit the block is a savepoint
-        of the unit's transaction (see `atomic`).
+        of the unit's transaction (see `atomic`). `add_judge`: insert the judge
+        row first if it is missing, in this transaction, so that it is committed
+        with what the block writes or not at all (a save to a new judge).
         """
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("nested memory transactions are not supported")
         unit = self._running_unit()
         if unit is not None:
-            with unit.steps, self._step(unit.conn) as conn:
+            with unit.steps, self._step(unit.conn, add_judge) as conn:
                 yield conn
             return
-        with self._pooled() as conn, self._writing(conn, "BEGIN", "COMMIT", "ROLLBACK"):
+        with (
+            self._pooled() as conn,
+            self._writing(conn, "BEGIN", "COMMIT", "ROLLBACK", add_judge=add_judge),
+        ):
             yield conn
 
     @contextmanager
-    def _step(self, conn: Any) -> Iterator[Any]:
+    def _step(self, conn: Any, add_judge: bool = False) -> Iterator[Any]:
         """One step of a unit: a savepoint that gets the next version number."""
         with self._writing(
             conn,
             "SAVEPOINT memalign_step",
             "RELEASE SAVEPOINT memalign_step",
             "ROLLBACK TO SAVEPOINT memalign_step; RELEASE SAVEPOINT memalign_step",
+            add_judge=add_judge,
         ):
             yield conn
 
     @contextmanager
-    def _writing(self, conn: Any, begin: str, commit: str, rollback: str) -> Iterator[None]:
-        """Run a write block on `conn` between `begin` and `commit` (`rollback` on error)."""
+    def _writing(
+        self, conn: Any, begin: str, commit: str, rollback: str, *, add_judge: bool = False
+    ) -> Iterator[None]:
+        """Run a write block on `conn` between `begin` and `commit` (`rollback` on error).
+
+        `add_judge`: see `transaction`.
+        """
         pg = self._psycopg
         self._local.conn = conn
         try:
             conn.execute(begin)
+            if add_judge:
+                # Inside the transaction, not before it: the row of a judge that a failed
+                # write was to create goes with the rollback. A concurrent transaction
+                # adding the same judge waits here for this one, then finds its row.
+                conn.execute(
+                    "INSERT INTO memalign_judges(name, memory_id) VALUES (%s, %s) "
+                    "ON CONFLICT (name) DO NOTHING",
+                    (self.judge, uuid.uuid4().hex),
+                )
             row = conn.execute(
                 "SELECT change_seq FROM memalign_judges WHERE name=%s FOR UPDATE",
                 (self.judge,),
