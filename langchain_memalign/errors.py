@@ -236,9 +236,12 @@ class MemoryUnavailableError(MemAlignError, ConnectionError):
     """The database holding a memory cannot be reached, or dropped the connection.
 
     Only for a `postgresql://` memory: raised when opening it (after the URL's
-    `open_timeout`, 30 s by default), and by a judgment or read whose
-    connection fails (the server stopped or restarted, the network broke, an
-    administrator ended the session). Also a `ConnectionError`, so generic
+    `open_timeout`, 30 s by default), also when the server answers but has no
+    connection to spare (SQLSTATE 53300, too many connections: its
+    `max_connections`, or the role's or the database's connection limit, is
+    reached), and by a judgment or read whose connection fails (the server
+    stopped or restarted, the network broke, an administrator ended the
+    session). Also a `ConnectionError`, so generic
     retry code handles it; the pool replaces the broken connection and the
     next call reconnects. Inside `align` and `unalign` it is the `__cause__`
     of `AlignFailedError`. A transaction that did not commit is rolled back

@@ -140,6 +140,28 @@ def _refusal(error: BaseException | None) -> str | None:
     return "database" if _NO_DATABASE.search(text) else None
 
 
+# A server with no connection to spare for now (SQLSTATE 53300 too_many_connections):
+# `max_connections` reached ("sorry, too many clients already"), the last slots kept for
+# superusers, or the role's or the database's CONNECTION LIMIT reached. The URL is fine
+# and connections come free as other clients leave, so it is read as a server that is
+# unavailable, not as a refusal of the URL (read by SQLSTATE first, as `_refusal` is).
+_OUT_OF_CONNECTIONS_STATE = "53300"
+_OUT_OF_CONNECTIONS = re.compile(
+    r"FATAL:.*(?:too many clients|too many connections for |"
+    r"remaining connection slots are reserved)"
+)
+
+
+def _out_of_connections(error: BaseException | None) -> bool:
+    """Whether a failed connection attempt met a server with no connection to spare."""
+    if error is None:
+        return False
+    state = getattr(error, "sqlstate", None)
+    if state is not None:
+        return bool(state == _OUT_OF_CONNECTIONS_STATE)
+    return bool(_OUT_OF_CONNECTIONS.search(str(error)))
+
+
 def _recording_connection_class(
     psycopg: Any, target: PostgresTarget, refusals: list[tuple[str, BaseException]]
 ) -> Any:
@@ -194,7 +216,8 @@ def _refused_by_server(error: BaseException | None) -> bool:
     server that answered writes "FATAL:" (no such database, authentication
     failed), except while it starts up or shuts down ("the database system is
     ..."), which is the server being unavailable, as a refused or timed-out
-    socket is.
+    socket is, and when it has no connection to spare (`_out_of_connections`,
+    checked first by the caller).
     """
     text = str(error or "")
     return "FATAL:" in text and "the database system is" not in text
@@ -325,6 +348,16 @@ class PostgresBase(Store):
             why, kind = _connect_error(psycopg, target)
             if why is not None and kind is not None:
                 raise _refusal_error(target, kind, why) from safe_cause(e, target)
+            if _out_of_connections(why):
+                # Checked before `_refused_by_server`: the server answered "FATAL:", but
+                # about its own load, not this URL; retrying later can connect.
+                raise MemoryUnavailableError(
+                    f"{target.describe()}: PostgreSQL had no connection to spare within "
+                    f"{target.open_timeout:g} s (open_timeout): too many connections "
+                    f"(SQLSTATE {_OUT_OF_CONNECTIONS_STATE}: "
+                    f"{target.redact(str(why).strip())}); retry later, or raise the "
+                    "server's max_connections or the role's or database's CONNECTION LIMIT"
+                ) from safe_cause(e, target)
             if _refused_by_server(why):
                 raise MemoryFormatError(
                     f"{target.describe()}: cannot connect to PostgreSQL ({target.redact(str(why))})"
@@ -540,42 +573,62 @@ class PostgresBase(Store):
                 conn.execute("ROLLBACK")
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self, *, add_judge: bool = False) -> Iterator[Any]:
         """All-or-nothing writes; a commit gives the memory a new version.
 
         The judge row is locked first (`FOR UPDATE`), so concurrent
         transactions on one judge run one after the other and each gets the
         next change sequence. Inside an `atomic` unit the block is a savepoint
-        of the unit's transaction (see `atomic`).
+        of the unit's transaction (see `atomic`). `add_judge`: insert the judge
+        row first if it is missing, in this transaction, so that it is committed
+        with what the block writes or not at all (a save to a new judge).
         """
         if getattr(self._local, "conn", None) is not None:
             raise RuntimeError("nested memory transactions are not supported")
         unit = self._running_unit()
         if unit is not None:
-            with unit.steps, self._step(unit.conn) as conn:
+            with unit.steps, self._step(unit.conn, add_judge) as conn:
                 yield conn
             return
-        with self._pooled() as conn, self._writing(conn, "BEGIN", "COMMIT", "ROLLBACK"):
+        with (
+            self._pooled() as conn,
+            self._writing(conn, "BEGIN", "COMMIT", "ROLLBACK", add_judge=add_judge),
+        ):
             yield conn
 
     @contextmanager
-    def _step(self, conn: Any) -> Iterator[Any]:
+    def _step(self, conn: Any, add_judge: bool = False) -> Iterator[Any]:
         """One step of a unit: a savepoint that gets the next version number."""
         with self._writing(
             conn,
             "SAVEPOINT memalign_step",
             "RELEASE SAVEPOINT memalign_step",
             "ROLLBACK TO SAVEPOINT memalign_step; RELEASE SAVEPOINT memalign_step",
+            add_judge=add_judge,
         ):
             yield conn
 
     @contextmanager
-    def _writing(self, conn: Any, begin: str, commit: str, rollback: str) -> Iterator[None]:
-        """Run a write block on `conn` between `begin` and `commit` (`rollback` on error)."""
+    def _writing(
+        self, conn: Any, begin: str, commit: str, rollback: str, *, add_judge: bool = False
+    ) -> Iterator[None]:
+        """Run a write block on `conn` between `begin` and `commit` (`rollback` on error).
+
+        `add_judge`: see `transaction`.
+        """
         pg = self._psycopg
         self._local.conn = conn
         try:
             conn.execute(begin)
+            if add_judge:
+                # Inside the transaction, not before it: the row of a judge that a failed
+                # write was to create goes with the rollback. A concurrent transaction
+                # adding the same judge waits here for this one, then finds its row.
+                conn.execute(
+                    "INSERT INTO memalign_judges(name, memory_id) VALUES (%s, %s) "
+                    "ON CONFLICT (name) DO NOTHING",
+                    (self.judge, uuid.uuid4().hex),
+                )
             row = conn.execute(
                 "SELECT change_seq FROM memalign_judges WHERE name=%s FOR UPDATE",
                 (self.judge,),

@@ -54,6 +54,7 @@ from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.calibration import ScoreCalibration
 from langchain_memalign.memory.episodic import Episode, as_matrix
 from langchain_memalign.memory.location import Location, is_postgres_url
+from langchain_memalign.memory.postgres import PostgresStore
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
 from langchain_memalign.memory.store import INDEX_FILE, remove_leftovers
 from langchain_memalign.models import embeddings_fingerprint
@@ -252,7 +253,9 @@ class JudgeMemory(PublishingMemory):
             return
         with self.write_lock:
             dump = self.store.dump()
-            dest = open_store(url, create=True)
+            # Tables, not the judge: `replace_with` adds the judge's row in the transaction
+            # that copies the content, so a save that fails leaves no empty judge behind.
+            dest = PostgresStore.create(url, add_judge=False)
             try:
                 # Checked inside the replacing transaction, once it holds the judge's
                 # row: no other save or write of that judge comes between.

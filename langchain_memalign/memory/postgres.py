@@ -92,18 +92,24 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
     # -- opening ---------------------------------------------------------------------
 
     @classmethod
-    def create(cls, url: str) -> PostgresStore:
-        """Open the judge named in `url`, creating the tables and the judge if needed."""
+    def create(cls, url: str, *, add_judge: bool = True) -> PostgresStore:
+        """Open the judge named in `url`, creating the tables and the judge if needed.
+
+        `add_judge=False` creates the tables but not the judge: the store of a
+        `save`'s target, whose `replace_with` adds the judge row in the transaction
+        that copies its content, so a save that fails leaves no empty judge behind.
+        """
         store = cls(PostgresTarget.parse(url))
         try:
             store._enter_schema(create=True)
             store._install()
-            with store._conn() as conn:
-                conn.execute(
-                    "INSERT INTO memalign_judges(name, memory_id) VALUES (%s, %s) "
-                    "ON CONFLICT (name) DO NOTHING",
-                    (store.judge, uuid.uuid4().hex),
-                )
+            if add_judge:
+                with store._conn() as conn:
+                    conn.execute(
+                        "INSERT INTO memalign_judges(name, memory_id) VALUES (%s, %s) "
+                        "ON CONFLICT (name) DO NOTHING",
+                        (store.judge, uuid.uuid4().hex),
+                    )
         except BaseException:
             store.close()
             raise
@@ -308,8 +314,10 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
         removed, so processes with this judge open drop them from their index).
         `check` runs first, inside the transaction, once it has locked the judge's
         row (which every write of this judge locks first): see `Store.replace_with`.
+        A judge the database does not hold yet is added by the same transaction
+        (`create(url, add_judge=False)`): a copy that fails leaves no judge row.
         """
-        with self.transaction() as conn:
+        with self.transaction(add_judge=True) as conn:
             if check is not None:
                 check()
             seq = self._seq()

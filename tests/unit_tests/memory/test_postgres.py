@@ -31,6 +31,7 @@ from langchain_memalign import (
     MemoryFormatError,
     MemoryUnavailableError,
 )
+from langchain_memalign.memory.backends import memory_exists
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -630,3 +631,45 @@ def test_a_failed_create_stores_no_configuration_without_its_embeddings(
         make_judge(path=url)
     monkeypatch.undo()
     assert not rows(db, "SELECT key FROM memalign_meta WHERE key='config'")
+
+
+class SaveInterrupted(Exception):
+    """The fault planted in the middle of a save's copy."""
+
+
+@pytest.mark.parametrize("fault", [SaveInterrupted, KeyboardInterrupt])
+def test_a_failed_save_to_a_new_judge_leaves_no_judge_behind(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch, fault: type
+) -> None:
+    """The judge row and the copied rows are one transaction: a save that fails midway
+    (after the meta and feedback rows, at the episodes) leaves the database as it was."""
+    src = make_judge(name="src")
+    src.align([SWEATER, HOURS])
+    url = judge_url(db)
+    make_judge(path=judge_url(db, "bystander"), name="bystander").close()  # tables exist
+    judges_before = rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges")
+    executemany = psycopg.Cursor.executemany
+
+    def failing(cur: Any, query: Any, params_seq: Any, **kwargs: Any) -> Any:
+        if "memalign_episodes" in str(query):
+            raise fault("the save fails at the episodes")
+        return executemany(cur, query, params_seq, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "executemany", failing)
+    with pytest.raises(fault):
+        src.save(url)
+    monkeypatch.undo()
+    assert rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges") == judges_before
+    name = url.rsplit("judge=", 1)[1]
+    for t in TABLES:
+        assert rows(db, f"SELECT count(*) FROM {t} WHERE judge=%s", name) == [(0,)], t
+    assert not memory_exists(url)
+    with pytest.raises(MemoryFormatError, match="no MemAlign memory for this judge"):
+        MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    # The same save, without the fault, creates the judge whole.
+    assert src.save(url) == url
+    copy = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert copy.feedback_ids == ["sweater", "hours"]
+    assert copy.memory.store.change_seq() == 1
+    copy.close()
+    src.close()

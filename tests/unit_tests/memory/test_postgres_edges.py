@@ -401,6 +401,33 @@ def test_a_lock_not_granted_within_lock_timeout_is_memory_busy(make_judge: Any, 
     judge.close()
 
 
+def test_a_server_out_of_connections_is_unavailable_not_a_format_error(
+    make_judge: Any, model: Any, db: str, roles: list[str]
+) -> None:
+    """SQLSTATE 53300 (too many clients, or a role's or database's connection limit) is
+    a server that is busy for now: retrying helps, the memory is not at fault."""
+    url = judge_url(db, "helpfulness")
+    make_judge(path=url).close()
+    role = make_role(db, roles, "crowded_")
+    sql(db, f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+    # The server refuses the role's every connection, as when max_connections is reached
+    # ("sorry, too many clients already"), with the same SQLSTATE.
+    sql(db, f"ALTER ROLE {role} CONNECTION LIMIT 0")
+    crowded = as_role(db, role) + "?judge=helpfulness&open_timeout=1"
+    for opening in (
+        lambda: make_judge(path=crowded),
+        lambda: MemAlignJudge.load(crowded, model, HashEmbeddings()),
+    ):
+        with pytest.raises(MemoryUnavailableError, match="too many connections") as err:
+            opening()
+        assert isinstance(err.value, ConnectionError)
+        assert not isinstance(err.value, MemoryFormatError)
+        assert "53300" in str(err.value) and "s3cretpw" not in str(err.value)
+    sql(db, f"ALTER ROLE {role} CONNECTION LIMIT -1")  # a connection is free again
+    # The default open_timeout: 1 s is short for a loaded CI machine's first connection.
+    MemAlignJudge.load(crowded.replace("&open_timeout=1", ""), model, HashEmbeddings()).close()
+
+
 # -- isolation: one database, a schema and a role per team ---------------------------------
 
 

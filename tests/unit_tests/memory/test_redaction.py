@@ -409,3 +409,28 @@ def test_refusals_are_told_by_sqlstate_before_the_message() -> None:
     ):
         assert _refusal(psycopg.OperationalError(transient)) is None
     assert _refusal(errors.TooManyConnections("zu viele Verbindungen")) is None
+
+
+def test_a_server_out_of_connections_is_told_by_sqlstate_before_the_message() -> None:
+    """SQLSTATE 53300 is a server with no connection to spare, whatever its words; without
+    a SQLSTATE (a failed connection attempt), the server's English words."""
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    from langchain_memalign.memory._pg_base import _out_of_connections
+
+    assert _out_of_connections(psycopg.errors.TooManyConnections("zu viele Verbindungen"))
+    for text in (
+        "connection failed: FATAL:  sorry, too many clients already",
+        'FATAL:  too many connections for role "a"',
+        'FATAL:  too many connections for database "x"',
+        "FATAL:  remaining connection slots are reserved for roles with the SUPERUSER attribute",
+        "FATAL:  remaining connection slots are reserved for non-replication superuser connections",
+    ):
+        assert _out_of_connections(psycopg.OperationalError(text)), text
+    for text in (
+        'FATAL:  database "x" does not exist',
+        "FATAL:  the database system is starting up",
+        "connection failed: Connection refused",
+    ):
+        assert not _out_of_connections(psycopg.OperationalError(text)), text
+    assert not _out_of_connections(psycopg.errors.InvalidCatalogName("too many clients"))
+    assert not _out_of_connections(None)
