@@ -456,6 +456,8 @@ KEPT = ("written", "rephrased", "covered", "tested")
 
 def relearn_checks(judge: MemAlignJudge) -> dict[str, Any]:
     """The judge's checks dropped and learned again from its guidelines and cases; the cost."""
+    # The package learns checks only inside an align or unalign; a benchmark reaches the
+    # align's own learner so that nothing but the check learning runs again.
     memory = judge._align_nodes.memory
     state = load_rulebook(memory.store)
     state.checks = {}
