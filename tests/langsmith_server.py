@@ -539,6 +539,32 @@ class LangSmithTestServer:
             self._apply_run_post(fields)
             return self.runs[_uuid_str(fields["id"])]
 
+    def add_timed_runs(
+        self,
+        n: int,
+        *,
+        project: str = "prod",
+        start: dt.datetime | None = None,
+        step: dt.timedelta = dt.timedelta(milliseconds=1),
+    ) -> list[str]:
+        """`n` ended root runs of `project`, started `step` apart from `start` (by default
+        half an hour ago); their ids, oldest first. Run `i` asks "polite answer i"."""
+        session = self.add_project(project)
+        start = start or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
+        ids = []
+        for i in range(n):
+            at = start + i * step
+            ids.append(
+                self.add_run(
+                    session_id=session["id"],
+                    inputs={"q": f"polite answer {i}"},
+                    outputs={"a": f"answer {i}"},
+                    start_time=at.isoformat(),
+                    end_time=(at + dt.timedelta(seconds=1)).isoformat(),
+                )["id"]
+            )
+        return ids
+
     def add_feedback(
         self, run_id: Any = None, key: str = "score", *, user: str | None = None, **fields: Any
     ) -> JSON:

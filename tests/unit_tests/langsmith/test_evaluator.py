@@ -336,22 +336,10 @@ def test_write_verdicts_judges_a_projects_latest_runs_whatever_order_the_query_l
     ) as server:
         client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
         try:
+            ids = server.add_timed_runs(8, step=dt.timedelta(seconds=1))
             project = server.add_project("prod")["id"]
-            start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
-            ids = []
-            for i in range(8):
-                at = start + dt.timedelta(seconds=i)
-                ids.append(
-                    server.add_run(
-                        session_id=project,
-                        inputs={"q": f"hours {i}?"},
-                        outputs={"a": "9 to 5."},
-                        start_time=at.isoformat(),
-                        end_time=(at + dt.timedelta(milliseconds=500)).isoformat(),
-                    )["id"]
-                )
             # An errored run, the latest of all, takes no place among them.
-            late = (start + dt.timedelta(minutes=1)).isoformat()
+            late = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).isoformat()
             server.add_run(session_id=project, inputs={"q": "x"}, error="Boom",
                            start_time=late, end_time=late)  # fmt: skip
             verdicts = write_verdicts(judge, client, project="prod", limit=3)

@@ -509,34 +509,13 @@ def busy_client(busy_server: LangSmithTestServer) -> Iterator[Client]:
     c.close(timeout=5)
 
 
-def add_timed_runs(
-    server: LangSmithTestServer, n: int, *, start: dt.datetime | None = None, step_ms: int = 1
-) -> list[str]:
-    """`n` ended root runs of "prod", started `step_ms` apart from `start` (oldest first)."""
-    project = server.add_project("prod")
-    start = start or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=30)
-    ids = []
-    for i in range(n):
-        at = start + dt.timedelta(milliseconds=i * step_ms)
-        ids.append(
-            server.add_run(
-                session_id=project["id"],
-                inputs={"q": f"polite answer {i}"},
-                outputs={"a": f"answer {i}"},
-                start_time=at.isoformat(),
-                end_time=(at + dt.timedelta(seconds=1)).isoformat(),
-            )["id"]
-        )
-    return ids
-
-
 @pytest.mark.parametrize("busy_server", [True, False], ids=["v2", "v1"], indirect=True)
 def test_every_new_run_is_judged_exactly_once_however_many_arrive(
     busy_server: LangSmithTestServer, busy_client: Client, judge: MemAlignJudge
 ) -> None:
     server, client = busy_server, busy_client
     roles: list[str] = judge.model.responder.roles  # type: ignore[attr-defined]
-    ids = add_timed_runs(server, 500)
+    ids = server.add_timed_runs(500)
     first = JudgeMonitor(judge, client, project="prod", scan=100).run_once()
     # Oldest first, from where the watch starts: the 100 earliest, the rest left and said so.
     assert [v.run_id for v in first.verdicts] == ids[:100]
@@ -571,7 +550,7 @@ def test_a_backlog_too_long_to_count_is_read_in_order_all_the_same(
     # window is narrowed (it has no order to rely on) and v1 stops listing.
     monkeypatch.setattr(monitor_module, "LEFT_COUNT", 5)
     server, client = busy_server, busy_client
-    ids = add_timed_runs(server, 20)
+    ids = server.add_timed_runs(20)
     monitor = JudgeMonitor(judge, client, project="prod", scan=3)
     first = monitor.run_once()
     assert [v.run_id for v in first.verdicts] == ids[:3]
@@ -591,7 +570,7 @@ def test_runs_started_at_the_same_time_are_each_judged_once(
 ) -> None:
     # Many runs can share a start time (a batch traced at once): the cursor orders them by
     # id, so a cycle that stops among them goes on with the next one.
-    ids = add_timed_runs(busy_server, 7, step_ms=0)
+    ids = busy_server.add_timed_runs(7, step=dt.timedelta(0))
     monitor = JudgeMonitor(judge, busy_client, project="prod", scan=3)
     judged = [[v.run_id for v in monitor.run_once().verdicts] for _ in range(4)]
     assert [len(j) for j in judged] == [3, 3, 1, 0]
@@ -605,7 +584,7 @@ def test_a_running_run_does_not_hold_the_cursor_and_is_judged_once_it_ends(
     early = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
     running = add_runs(server, ["polite stream"], ended=False, outputs=None,
                        start_time=early.isoformat())  # fmt: skip
-    ended = add_timed_runs(server, 4)
+    ended = server.add_timed_runs(4)
     monitor = JudgeMonitor(judge, client, project="prod", scan=2)
     first = monitor.run_once()
     assert (first.pending, first.left) == (1, 3) and first.verdicts[0].run_id == ended[0]

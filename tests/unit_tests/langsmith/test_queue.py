@@ -401,25 +401,6 @@ def test_a_leads_own_final_is_learned_as_the_teams_and_multi_select_finals_are_r
 # -- a project's latest runs (issue 46) ------------------------------------------------------
 
 
-def _timed_project(server: LangSmithTestServer, n: int, *, step_s: float = 1.0) -> list[str]:
-    """`n` ended root runs of "prod", started `step_s` apart an hour ago (oldest first)."""
-    project = server.add_project("prod")
-    start = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
-    ids = []
-    for i in range(n):
-        at = start + dt.timedelta(seconds=i * step_s)
-        ids.append(
-            server.add_run(
-                session_id=project["id"],
-                inputs={"q": f"q{i}"},
-                outputs={"a": f"polite answer {i}"},
-                start_time=at.isoformat(),
-                end_time=(at + dt.timedelta(milliseconds=500)).isoformat(),
-            )["id"]
-        )
-    return ids
-
-
 @pytest.mark.parametrize("order", ["oldest", "unordered", "newest", "v1"])
 def test_send_scans_a_projects_latest_runs_whatever_order_the_run_query_lists(
     order: str, judge: MemAlignJudge
@@ -432,7 +413,7 @@ def test_send_scans_a_projects_latest_runs_whatever_order_the_run_query_lists(
     ) as server:
         client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
         try:
-            newest = _timed_project(server, 10)[::-1]
+            newest = server.add_timed_runs(10, step=dt.timedelta(seconds=1))[::-1]
             queue = JudgeAnnotationQueue(judge, client)
             sent = queue.send(project="prod", scan=4)
             assert sent.run_ids == newest[:4] and queued(server, queue) == newest[:4]
@@ -458,7 +439,7 @@ def test_a_project_too_long_to_list_whole_is_narrowed_to_its_latest_runs(
     with LangSmithTestServer(runs_page_size=4, v2_run_order=order) as server:
         client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
         try:
-            ids = _timed_project(server, 30)
+            ids = server.add_timed_runs(30, step=dt.timedelta(seconds=1))
             # Five runs traced at once, the latest: the ties are ordered by id.
             project = next(iter(server.sessions.values()))
             last = server.runs[ids[-1]]["start_time"]
