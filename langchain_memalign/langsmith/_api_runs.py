@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,24 +236,8 @@ class RunsAPI(APIBase):
         hi = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
         whole = False
         while True:
-            found: list[RunPosition] = []
-            over = False
-            for run in api.runs.query_v2(
-                project_ids=[str(project.id)],
-                is_root=True,
-                min_start_time=lo,
-                max_start_time=hi,
-                selects=["ID", "START_TIME"],
-                page_size=_LIST_PAGE,
-                **no_error,
-            ):
-                position = _position(run)
-                if position is None:
-                    continue
-                found.append(position)
-                if not whole and len(found) > limit + _LATEST_SLACK:
-                    over = True
-                    break
+            cap = None if whole else limit + _LATEST_SLACK
+            found, over = _window_v2(api, project, lo, hi, no_error, cap)
             found.sort(reverse=True)
             if not over:
                 return found[:limit]
@@ -312,25 +296,12 @@ class RunsAPI(APIBase):
     ) -> RunsAfter:
         hi = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
         narrowed, whole = False, False
+        lo = after[0] - _BOUND_MARGIN
         while True:
-            found: list[RunPosition] = []
-            over = False
-            for run in api.runs.query_v2(
-                project_ids=[str(project.id)],
-                is_root=True,
-                min_start_time=after[0] - _BOUND_MARGIN,
-                max_start_time=hi,
-                selects=["ID", "START_TIME"],
-                page_size=_LIST_PAGE,
-                **no_error,
-            ):
-                position = _position(run)
-                if position is None or position <= after or position[1] in skip:
-                    continue
-                found.append(position)
-                if not whole and len(found) > limit + count:
-                    over = True
-                    break
+            found, over = _window_v2(
+                api, project, lo, hi, no_error, None if whole else limit + count,
+                keep=lambda p: p > after and p[1] not in skip,
+            )  # fmt: skip
             found.sort()
             if not over:
                 break
@@ -434,6 +405,39 @@ class RunsAPI(APIBase):
                 "Run objects (with session_id) or project=... instead of bare run ids"
             )
         return [found[i] for i in ids if i in found]
+
+
+def _window_v2(
+    api: Any,
+    project: ls_schemas.TracerSession,
+    lo: dt.datetime,
+    hi: dt.datetime,
+    no_error: dict[str, bool],
+    cap: int | None,
+    keep: Callable[[RunPosition], bool] = lambda _: True,
+) -> tuple[list[RunPosition], bool]:
+    """Root runs' positions in a window, in the query's order; whether it stopped at `cap`.
+
+    The runs of `project` started between `lo` and `hi` that `keep` accepts (ids and start
+    times only); the listing stops once more than `cap` of them are seen.
+    """
+    found: list[RunPosition] = []
+    for run in api.runs.query_v2(
+        project_ids=[str(project.id)],
+        is_root=True,
+        min_start_time=lo,
+        max_start_time=hi,
+        selects=["ID", "START_TIME"],
+        page_size=_LIST_PAGE,
+        **no_error,
+    ):
+        position = _position(run)
+        if position is None or not keep(position):
+            continue
+        found.append(position)
+        if cap is not None and len(found) > cap:
+            return found, True
+    return found, False
 
 
 def _start_and_id(run: RunRecord) -> RunPosition:
