@@ -221,6 +221,9 @@ def default_reply(messages: Sequence[BaseMessage]) -> dict[str, Any]:
     system = _system(messages)
     if system.startswith("You are an expert evaluator"):
         return {"rationale": "The reply answers the question.", "score": True}
+    if '{"rule"' in system:
+        # A contrast pair or a single case (the default reflection): one rule.
+        return {"rule": "Acknowledge the customer's situation."}
     if "grading rules of a team of experts" in system:
         import re
         import zlib

@@ -68,6 +68,11 @@ RULES = [
 
 def reflect_reply(messages: list[BaseMessage]) -> Any:
     system = str(messages[0].content)
+    if '{"rule"' in system:
+        # A contrast pair or a single case (the default reflection): one rule, chosen
+        # by what the case shows.
+        human = "\n".join(str(m.content) for m in messages[1:])
+        return {"rule": RULES[zlib.crc32(human.encode()) % len(RULES)]}
     if "grading rules of a team of experts" in system:
         human = "\n".join(str(m.content) for m in messages[1:])
         # A prompt names feedback by handles (F1, F2, ...): the rule is chosen by what
