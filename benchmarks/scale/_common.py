@@ -33,6 +33,7 @@ import gc
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -224,10 +225,29 @@ def default_reply(messages: Sequence[BaseMessage]) -> dict[str, Any]:
     if '{"rule"' in system:
         # A contrast pair or a single case (the default reflection): one rule.
         return {"rule": "Acknowledge the customer's situation."}
+    if system.startswith("You turn the grading rules"):
+        # Check writing: each rule shown (by its handle) as a question and its inverse.
+        human = "\n".join(str(m.content) for m in messages[1:])
+        return {
+            "checks": [
+                {
+                    "rule_id": handle,
+                    "applies": "Is the customer upset?",
+                    "broken": "Does the reply leave out an apology?",
+                    "kept": "Does the reply apologize?",
+                    "exception": "",
+                }
+                for handle in re.findall(r"^\[(G\d+)\]", human, re.MULTILINE)
+            ]
+        }
+    if system.startswith("Answer questions about the case"):
+        # A check's question about one case (or several, "q1".."qn"): a fixed answer
+        # per case and question, like a model that reads the case.
+        human = "\n".join(str(m.content) for m in messages[1:])
+        n = human.count('"q')
+        fields = [f"q{i}" for i in range(1, n + 1)] if n else ["answer"]
+        return {f: zlib.crc32(f"{human}/{f}".encode()) % 2 == 0 for f in fields}
     if "grading rules of a team of experts" in system:
-        import re
-        import zlib
-
         human = "\n".join(str(m.content) for m in messages[1:])
         # A prompt names feedback by handles (F1, F2, ...): one rule per case, told
         # apart by what the case shows.

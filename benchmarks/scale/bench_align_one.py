@@ -73,7 +73,7 @@ def reflect_reply(messages: list[BaseMessage]) -> Any:
         # by what the case shows.
         human = "\n".join(str(m.content) for m in messages[1:])
         return {"rule": RULES[zlib.crc32(human.encode()) % len(RULES)]}
-    if "grading rules of a team of experts" in system:
+    if system.startswith("You help an LLM judge learn"):
         human = "\n".join(str(m.content) for m in messages[1:])
         # A prompt names feedback by handles (F1, F2, ...): the rule is chosen by what
         # the case shows.

@@ -9,7 +9,9 @@ The last step of every align and unalign that changed the memory. For each guide
    first asked as it is, "Does the reply follow this rule: ...?" (`RULE_QUESTION`);
    the rules that question does not check get questions written by the reflection
    model from the rule and its source rationales, all in one call (applies, broken,
-   kept, exception); paraphrased rules share one rule's questions;
+   kept, exception); paraphrased rules share one rule's questions. A rule that kept
+   no check keeps its candidates and their answers (`CheckAttempt`): while its text
+   stays, the next align asks them only about new cases and writes no new questions;
 3. the rules go one at a time, those with the most source cases the check's consequence
    describes first; each first tries the checks already kept for other rules (from the
    answers already given: reflection often states one rule several times), then its own
@@ -36,7 +38,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -47,7 +49,13 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.checks import CheckAsker
 from langchain_memalign.graphs.judge import split_outputs
 from langchain_memalign.memory.judge_memory import JudgeMemory
-from langchain_memalign.memory.rulebook import Check, CheckTest, RulebookState, load_rulebook
+from langchain_memalign.memory.rulebook import (
+    Check,
+    CheckAttempt,
+    CheckTest,
+    RulebookState,
+    load_rulebook,
+)
 from langchain_memalign.memory.semantic import Guideline
 from langchain_memalign.prompting.checks import (
     RULE_QUESTION,
@@ -161,6 +169,9 @@ class _Candidate:
     groups: list[list[Check]]
     tried: int = 0
     written: bool = False
+    # The groups already tested this run, stored with the answers if none is kept.
+    done: list[list[Check]] = field(default_factory=list)
+    write_failed: bool = False
     kept: Check | None = None
     action: str = ""
     last: tuple[Check, CheckTest] | None = None
@@ -193,7 +204,7 @@ class CheckLearner:
         opts = mem.config.options.checks
         scale = mem.config.scale
         state = load_rulebook(mem.store)
-        before = _comparable(state.checks)
+        before = _comparable(state)
         guidelines = list(mem.guidelines)
         current = {g.id: g for g in guidelines}
         reports: list[CheckReport] = []
@@ -204,14 +215,17 @@ class CheckLearner:
             reports.append(CheckReport(rule_id=gid, action="removed"))
             del state.checks[gid]
         if not guidelines:
+            state.attempts = {}
             return self._store(state, before, reports, stale), usage, errors
 
         cases = self._cases(guidelines, opts.test_cases)
         # The model's answers per case, shared by every candidate of this run; answers
         # stored with the checks are reused on the cases that did not change.
         cache: dict[str, dict[str, bool]] = {}
-        for check in state.checks.values():
-            for key, got in (check.test.answers if check.test else {}).items():
+        known = [c.test.answers for c in state.checks.values() if c.test]
+        known += [a.answers for a in state.attempts.values()]
+        for answers in known:
+            for key, got in answers.items():
                 if key.partition("#")[0] in cases and key.partition("#")[0] not in changed:
                     cache.setdefault(key, {}).update(got)
         pinned = state.pinned()
@@ -219,6 +233,7 @@ class CheckLearner:
         # 1. Stored checks: tested again (only new cases are asked).
         stored: dict[str, _Candidate] = {}
         to_write: list[Guideline] = []
+        failed_retest: set[str] = set()
         for g in guidelines:
             old = state.checks.get(g.id)
             fixed = old is not None and (old.author is not None or g.id in pinned)
@@ -239,6 +254,7 @@ class CheckLearner:
                 c.action = "tested"
             else:
                 to_write.append(c.rule)
+                failed_retest.add(c.rule.id)
                 reports.append(
                     CheckReport(
                         rule_id=c.rule.id, action="rewritten", check=check.describe(),
@@ -256,7 +272,9 @@ class CheckLearner:
             for g in to_write
         }
         fresh: dict[str, _Candidate] = {
-            g.id: _Candidate(g, [_rule_question(g.text, consequences[g.id])])
+            g.id: _resumed(state.attempts.get(g.id), g, consequences[g.id])
+            if g.id not in failed_retest
+            else _Candidate(g, [_rule_question(g.text, consequences[g.id])])
             for g in to_write
             if consequences[g.id] is not None or scale.kind == "pairwise"
         }
@@ -285,6 +303,7 @@ class CheckLearner:
                 errors += [error] if error else []
                 for g in need:
                     fresh[g.id].written = True
+                    fresh[g.id].write_failed = error is not None
                     fresh[g.id].groups += written.get(g.id, [])
                 continue
             c = max(open_, key=lambda o: support[o.rule.id])
@@ -302,7 +321,7 @@ class CheckLearner:
                         continue
                     c.tried = 0
             usage = usage + self._test_round({c.rule.id: c}, cases, cache, config)
-            c.groups.pop(0)
+            c.done.append(c.groups.pop(0))
             if c.last is None:
                 continue
             check, test = c.last
@@ -318,6 +337,10 @@ class CheckLearner:
                         agreement=test.describe(), tried=c.tried,
                     )
                 )  # fmt: skip
+
+        state.attempts = {
+            gid: self._attempt(c, cases, cache) for gid, c in fresh.items() if c.kept is None
+        }
 
         # 4. Learned checks that add no verdict on the experts' cases are marked covered.
         every = {**stored, **fresh}
@@ -339,6 +362,24 @@ class CheckLearner:
             )  # fmt: skip
             state.checks[g.id] = check.model_copy(update={"covered_by": covered.get(g.id)})
         return self._store(state, before, reports, list(kept)), usage, errors
+
+    def _attempt(
+        self, c: _Candidate, cases: dict[str, Feedback], cache: dict[str, dict[str, bool]]
+    ) -> CheckAttempt:
+        """What was tried for a rule that kept no check, with the answers on today's cases."""
+        candidates = [*c.done, *c.groups]
+        asked = {q for group in candidates for v in group for q in v.questions()}
+        answers = {
+            key: {q: a for q, a in cache[key].items() if q in asked}
+            for key, _ in self._keys(cases)
+            if key in cache
+        }
+        return CheckAttempt(
+            rule_text=c.rule.text,
+            candidates=candidates,
+            written=c.written and not c.write_failed,
+            answers={key: got for key, got in answers.items() if got},
+        )
 
     # -- the experts' cases -----------------------------------------------------------
 
@@ -573,11 +614,17 @@ class CheckLearner:
         reports: list[CheckReport],
         rule_ids: Sequence[str],
     ) -> list[CheckReport]:
-        """Write the rulebook if a check changed (a re-test's time alone is no change)."""
-        if _comparable(state.checks) != before:
+        """Write the rulebook if a check changed (a re-test's time alone is no change).
+
+        The history records changed checks; what was tried for rules without one is
+        bookkeeping, stored without an entry.
+        """
+        now = _comparable(state)
+        if now != before:
             with self.memory.write() as w:
                 w.put_rulebook(state)
-                w.log("checks", [], rule_ids)
+                if now["checks"] != before["checks"]:
+                    w.log("checks", [], rule_ids)
         return reports
 
 
@@ -615,8 +662,23 @@ def _paraphrases(
     return heads, copies
 
 
-def _comparable(checks: dict[str, Check]) -> dict[str, Any]:
-    return {gid: c.model_dump(exclude={"test": {"at"}}) for gid, c in checks.items()}
+def _comparable(state: RulebookState) -> dict[str, Any]:
+    checks = {gid: c.model_dump(exclude={"test": {"at"}}) for gid, c in state.checks.items()}
+    return {"checks": checks, "attempts": {k: a.model_dump() for k, a in state.attempts.items()}}
+
+
+def _resumed(attempt: CheckAttempt | None, rule: Guideline, consequence: Any) -> _Candidate:
+    """A rule's candidates: those tried before while its text is the same, else the rule asked.
+
+    The consequence is read again from today's source cases.
+    """
+    if attempt is None or attempt.rule_text != rule.text or not attempt.candidates:
+        return _Candidate(rule, [_rule_question(rule.text, consequence)])
+    groups = [
+        [v.model_copy(update={"consequence": consequence}) for v in group]
+        for group in attempt.candidates
+    ]
+    return _Candidate(rule, groups, written=attempt.written)
 
 
 # A lone placeholder letter of the writing prompt's schematic example ("Does the reply

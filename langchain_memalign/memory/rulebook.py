@@ -13,7 +13,9 @@ it describes and needs no table of its own on either backend:
   history records each as well (`rule_add`, `rule_edit`, ...);
 - `checks`: per guideline id, the rule as a `Check` (literal yes/no questions about
   one case and the verdict breaking it gets), with how it did on the experts' own
-  cases. Kept here so that a check commits and rolls back with its rule.
+  cases. Kept here so that a check commits and rolls back with its rule;
+- `attempts`: per guideline id that kept no check, the candidates tried and the
+  answers they got (`CheckAttempt`).
 
 The align and unalign steps read the marks: a `protected` guideline (added,
 edited or pinned by an expert) is never rewritten by a model (re-derivation,
@@ -37,6 +39,7 @@ __all__ = [
     "META_KEY",
     "REJECTED_SIMILARITY",
     "Check",
+    "CheckAttempt",
     "CheckTest",
     "RejectedRule",
     "Rule",
@@ -206,6 +209,30 @@ class Check(BaseModel):
         return "; ".join(parts)
 
 
+class CheckAttempt(BaseModel):
+    """The candidate checks tried for a rule that kept none, and the answers they got.
+
+    Kept so that the next align asks them only about new cases and writes no new
+    questions for the rule while its text stays the same: without it, every align would
+    try every such rule again from the start, at a cost that grows with its cases.
+    """
+
+    rule_text: str = Field(description="The rule's text the candidates were written for.")
+    candidates: list[list[Check]] = Field(
+        default_factory=list, description="The candidates tried, in groups (see `Check`)."
+    )
+    written: bool = Field(
+        default=False,
+        description="Whether the reflection model wrote questions for it (False: the "
+        "writing call failed or was not needed yet, and is made again).",
+    )
+    answers: dict[str, dict[str, bool]] = Field(
+        default_factory=dict,
+        description="Per tested case, the answers to the candidates' questions (as in "
+        "`CheckTest.answers`).",
+    )
+
+
 class Rule(BaseModel):
     """A guideline as the rulebook shows it: text, provenance and the experts' marks."""
 
@@ -239,6 +266,7 @@ class RulebookState(BaseModel):
     rejected: list[RejectedRule] = Field(default_factory=list)
     changes: list[RuleChange] = Field(default_factory=list)
     checks: dict[str, Check] = Field(default_factory=dict)
+    attempts: dict[str, CheckAttempt] = Field(default_factory=dict)
 
     def protected(self) -> set[str]:
         """Ids no model may rewrite or remove: added, edited or pinned by an expert."""

@@ -10,7 +10,7 @@ from fakes import RoleResponder
 
 from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
 from langchain_memalign.graphs.learn_checks import default_consequence, passes, score_test
-from langchain_memalign.memory.rulebook import Check
+from langchain_memalign.memory.rulebook import Check, load_rulebook
 from langchain_memalign.scale import Scale
 
 # The team's rule: a reply to an upset customer says "sorry". The fake judge passes every
@@ -224,6 +224,53 @@ def test_a_check_that_does_not_separate_the_cases_is_dropped(
     asked = roles(responder, "ask_check")
     assert judge.invoke(NEW_COLD)["score"] is True
     assert roles(responder, "ask_check") == asked  # no check left to ask
+
+
+def test_a_rule_that_kept_no_check_is_not_tried_again_from_the_start(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    # Without its tried candidates and their answers kept, every later align would write
+    # and ask everything again for each such rule, at a cost growing with its cases.
+    responder.check_word = "refund"  # separates nothing: every rule keeps no check
+    judge = make_judge(options={"checks": ON})
+    judge.align(TRAIN)
+    assert all(r.check is None for r in judge.rules.list())
+    written, asked = roles(responder, "write_checks"), roles(responder, "ask_check")
+    assert written == 1 and asked > 0
+    about: list[str] = []
+    answer = responder.answer_check
+
+    def recording(human: str) -> dict[str, Any]:
+        about.append(human.split("Reply:\n", 1)[1].split("\n\n", 1)[0])
+        return answer(human)
+
+    responder.answer_check = recording  # type: ignore[method-assign]
+    report = judge.align([fb("e", "Where is my parcel?", "It ships today.", True)])
+    assert roles(responder, "write_checks") == written
+    assert set(about) <= {"It ships today."}  # only the new case is asked about
+    assert any(c.action == "dropped" for c in report.checks)  # still reported, re-tested
+    # What was kept of the tried candidates goes with the feedback it was asked about.
+    assert any("a" in t.answers for t in load_rulebook(judge.memory.store).attempts.values())
+    judge.unalign(["a"])
+    assert all("a" not in t.answers for t in load_rulebook(judge.memory.store).attempts.values())
+
+
+def test_a_rule_whose_check_writing_failed_gets_questions_at_the_next_align(
+    make_judge: Any, responder: RoleResponder
+) -> None:
+    responder.check_word = "sorry"
+    judge = make_judge(options={"checks": ON})
+    real = responder.write_check
+    # Unusable output (no question): the writing call fails after its retries.
+    responder.write_check = lambda rule_id, human: {"rule_id": rule_id}  # type: ignore[method-assign]
+    report = judge.align(TRAIN)  # the rule asked as it is does not separate the cases
+    assert any(c.action == "dropped" for c in report.checks)
+    assert all(r.check is None for r in judge.rules.list())
+    written = roles(responder, "write_checks")
+    responder.write_check = real  # type: ignore[method-assign]
+    judge.align([fb("e", "Where is my parcel?", "It ships today.", True)])
+    assert roles(responder, "write_checks") > written
+    assert any(r.check is not None for r in judge.rules.list())
 
 
 def test_grading_before_learning_runs_the_checks_as_judging_does(
