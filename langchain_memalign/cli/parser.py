@@ -584,6 +584,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="trace the judge's own calls to the 'evaluators' project (default: untraced)",
     )
+    p.add_argument(
+        "--no-log-agreement",
+        dest="log_agreement",
+        action="store_false",
+        help="do not write each cycle's agreement with the reviews it learned as feedback "
+        "on the project (default: written, key '<judge>_agreement')",
+    )
     p.add_argument("--json", action="store_true", help="print each cycle's report as JSON")
     _common(p)
     p.set_defaults(func=cmd_watch)

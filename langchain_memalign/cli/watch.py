@@ -35,6 +35,7 @@ def cmd_watch(ctx: Context) -> int:
             seed=args.seed,
             trace=args.trace,
             since=args.since,
+            log_agreement=args.log_agreement,
         )
         try:  # a typo in the name is the user's to fix, not a failed cycle
             monitor.api.project(args.langsmith_project)

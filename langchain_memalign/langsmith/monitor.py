@@ -26,6 +26,11 @@ judgment that fails is retried by the next cycles, `MAX_ATTEMPTS` times in all (
 the judge's memory, so restarts count too), unless every judgment of its cycle failed on
 the model provider (an outage: not counted against the runs); the judge's own calls are
 not traced unless asked for (`trace`).
+
+Alignment is visible in LangSmith: a cycle that learned reviews writes how often the judge
+had agreed with them before learning as project-level feedback on the watched project
+(key `<judge name>_agreement`, `agreement_key`), one record a cycle, so the project's
+feedback shows the judge's agreement over time beside the verdicts it wrote on the runs.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from langchain_memalign.langsmith._verdicts import Verdict, _judgments, _write_v
 from langchain_memalign.langsmith.queue import JudgeAnnotationQueue
 from langchain_memalign.langsmith.source import FeedbackMapping
 
-__all__ = ["JudgeMonitor", "MonitorCycle", "ReviewAgreement"]
+__all__ = ["JudgeMonitor", "MonitorCycle", "ReviewAgreement", "agreement_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +82,12 @@ PENDING_LIMIT = dt.timedelta(days=1)
 died before ending it): it is no longer read every cycle."""
 LEFT_COUNT = 1000
 """How many runs past those a cycle reads are counted for its report (`left`)."""
+_AGREEMENT_NS = uuid.UUID("5b0c5d52-4a53-4b0e-9d0e-7d1c3f2a6e41")
+
+
+def agreement_key(judge_name: str) -> str:
+    """The feedback key of a judge's agreement with the reviews it learned (`JudgeMonitor`)."""
+    return f"{judge_name}_agreement"
 
 
 class ReviewAgreement(BaseModel):
@@ -141,6 +152,12 @@ class MonitorCycle(BaseModel):
         "the runs, failed, so the failures do not count towards giving the runs up.",
     )
     sent: list[str] = Field(default_factory=list, description="Runs sent to the review queue.")
+    agreement_feedback_id: str | None = Field(
+        default=None,
+        description="The project-level feedback in LangSmith holding this cycle's "
+        "`accuracy` (`JudgeMonitor(log_agreement=...)`); None when no review was learned, "
+        "or the record could not be written (a warning is logged).",
+    )
     rate_limited: bool = Field(
         default=False, description="The service refused for its rate limit: cut short."
     )
@@ -304,6 +321,9 @@ class JudgeMonitor:
         trace: Trace the judge's own calls (about 20 runs a judgment) to the
             "evaluators" project, each verdict linked to its trace. Off by default:
             the judgments then run untraced, whatever the environment's tracing says.
+        log_agreement: Write each cycle's agreement with the reviews it learned as
+            project-level feedback on `project` (`agreement_key`), so it can be
+            followed in LangSmith; on by default.
     """
 
     def __init__(
@@ -322,6 +342,7 @@ class JudgeMonitor:
         seed: int | None = None,
         trace: bool = False,
         since: dt.datetime | dt.timedelta | None = None,
+        log_agreement: bool = True,
     ) -> None:
         if isinstance(since, dt.timedelta) and since < dt.timedelta(0):
             raise ValueError(f"since must be a time or a time span back, got {since}")
@@ -346,6 +367,7 @@ class JudgeMonitor:
         self.review_sample = review_sample
         self.trace = trace
         self.since = since
+        self.log_agreement = log_agreement
         self._random = random.Random(seed)
         self._salt = f"{judge.config.name}:{seed}"
 
@@ -356,6 +378,8 @@ class JudgeMonitor:
         try:
             cycle.pulled = self.queue.pull()
             cycle.agreement = self._agreement(cycle.pulled)
+            if cycle.agreement and self.log_agreement:
+                cycle.agreement_feedback_id = self._log_agreement(cycle.agreement)
             self._judge_new(cycle)
         except ls_utils.LangSmithRateLimitError:
             cycle.rate_limited = True
@@ -416,6 +440,41 @@ class JudgeMonitor:
                     )
                 )
         return out
+
+    def _log_agreement(self, agreement: Sequence[ReviewAgreement]) -> str | None:
+        """Write the cycle's agreement as project-level feedback; its id, or None if refused.
+
+        Its id is derived from the reviews it scores, so a cycle run again after a crash
+        finds its record instead of writing a second one. Best effort: a refusal is
+        logged and the cycle goes on (the agreement is kept in the judge's memory).
+        """
+        name = self.judge.config.name
+        fid = str(uuid.uuid5(_AGREEMENT_NS, name + ":" + ",".join(
+            sorted(a.feedback_id for a in agreement))))  # fmt: skip
+        agreed = sum(a.agrees for a in agreement)
+        try:
+            project = self.api.project(self.project)
+            self.client.create_feedback(
+                None,
+                agreement_key(name),
+                score=agreed / len(agreement),
+                value={"agreed": agreed, "reviews": len(agreement)},
+                comment=f"The judge agreed with {agreed} of {len(agreement)} review(s) "
+                "before learning them.",
+                feedback_source_type="model",
+                source_info={
+                    "memalign_judge": name,
+                    "reviews": [a.model_dump(mode="json") for a in agreement[:100]],
+                },
+                feedback_id=fid,
+                project_id=project.id,
+            )
+        except ls_utils.LangSmithConflictError:  # written by this cycle's earlier attempt
+            return fid
+        except ls_utils.LangSmithError as e:
+            logger.warning("the judge's agreement could not be written to LangSmith: %s", e)
+            return None
+        return fid
 
     def _judge_new(self, cycle: MonitorCycle) -> None:
         self.queue.ensure()  # the key's feedback config on the judge's scale, or an error

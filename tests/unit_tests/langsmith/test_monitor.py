@@ -172,6 +172,53 @@ def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
     )  # fmt: skip
     assert agreement[right].agrees and second.accuracy == 0.5
     assert "2 reviews learned (judge agreed with 50% before learning)" in second.summary()
+    # The agreement is in LangSmith too: one project-level record on the watched project.
+    project = next(p for p in server.sessions.values() if p["name"] == "prod")
+    logged = [f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]
+    assert [(f["id"], f["run_id"], f["session_id"], f["score"]) for f in logged] == [
+        (second.agreement_feedback_id, None, project["id"], 0.5)
+    ]
+    assert logged[0]["value"] == {"agreed": 1, "reviews": 2}
+    # A cycle that learns nothing writes none.
+    assert monitor.run_once().agreement_feedback_id is None
+    assert len([f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]) == 1
+
+
+def _reviewed_cycle(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, **kw: Any
+) -> JudgeMonitor:
+    """A monitor whose next cycle learns one review of a verdict it wrote."""
+    (run,) = add_runs(server, ["rude refunds"])
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=1, **kw)
+    (verdict,) = monitor.run_once().verdicts
+    client.update_feedback(verdict.feedback_id, correction={"score": 1})
+    monitor.queue.complete([run])
+    return monitor
+
+
+def test_the_agreement_is_not_written_when_turned_off(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    monitor = _reviewed_cycle(server, client, judge, log_agreement=False)
+    cycle = monitor.run_once()
+    assert cycle.accuracy == 0.0 and cycle.agreement_feedback_id is None
+    assert not [f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]
+
+
+def test_a_refused_agreement_record_does_not_stop_the_cycle(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monitor = _reviewed_cycle(server, client, judge)
+    add_runs(server, ["polite answer"])
+    server.inject_failure("/feedback", status=403, method="POST")
+    with caplog.at_level(logging.WARNING):
+        cycle = monitor.run_once()
+    assert cycle.accuracy == 0.0 and cycle.agreement_feedback_id is None
+    assert "agreement could not be written" in caplog.text
+    assert len(cycle.verdicts) == 1 and cycle.clean  # the new run was judged all the same
 
 
 def test_a_rate_limit_cuts_the_cycle_short_and_keeps_what_was_written(
