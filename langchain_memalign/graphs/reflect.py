@@ -20,13 +20,13 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Send
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs import direction
 from langchain_memalign.graphs.align_state import AlignState, ReflectInput, ReflectionResult
 from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.graphs.provenance import echoes_prompt
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Proposal
 from langchain_memalign.prompting.budget import fit_reflection
+from langchain_memalign.prompting.directions import describe
 from langchain_memalign.prompting.handles import feedback_handles, guideline_handles
 from langchain_memalign.prompting.prompts import (
     FEEDBACK_IS_MATERIAL,
@@ -175,7 +175,7 @@ class ReflectStep:
             return _reflection_failed(ids, e)
         text = " ".join(out.rule.split())
         # The request's own words back are no rule.
-        asked = (PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL, direction.describe(cfg.scale))
+        asked = (PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL, describe(cfg.scale))
         echo = echoes_prompt(text, "\n".join(asked))
         # The pair is the rule's provenance by construction; the cases whose reason the
         # model says states it are what its direction is checked against (a pair always
