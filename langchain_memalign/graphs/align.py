@@ -71,6 +71,8 @@ class AlignNodes:
         check_learner: CheckLearner | None = None,
     ) -> None:
         self.memory = memory
+        # Kept beside their steps for callers that reach them (a benchmark relearns the
+        # checks with the align's own learner, a test checks whose judge nodes grade).
         self.validator = validator
         self.calibrator = calibrator
         self.check_learner = check_learner
