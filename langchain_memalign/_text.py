@@ -1,10 +1,15 @@
-"""Rendering of judge inputs and outputs to text, truncation and token estimates."""
+"""Rendering of judge inputs and outputs to text, truncation and token estimates.
+
+Also text read as a model reads it (`read_as_model`: Unicode look-alikes and invisible
+characters folded), for the injection check and the prompts alike.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -195,3 +200,45 @@ def tidy_rationale(text: str, max_chars: int) -> str:
         space = out.rfind(" ")
         out = (out[:space] if space > 0 else out).rstrip(",;: ") + "…"
     return out
+
+
+# Latin look-alikes from Cyrillic and Greek that NFKC leaves as they are: "Ignоre"
+# with a Cyrillic о reads as "Ignore" to a model, and must to the patterns too.
+_CONFUSABLES = str.maketrans(
+    "аеорсухіјѕԁӏАВЕКМНОРСТХІЈЅαβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+    "aeopcyxijsdlABEKMHOPCTXIJSabeiknoptuxABEZHIKMNOPTYX",
+)
+
+
+class _Invisible(dict[int, int | None]):
+    """`str.translate` table that drops format characters and combining marks.
+
+    Filled as characters are met: a table of every code point would take a
+    second to build at import.
+    """
+
+    def __missing__(self, code: int) -> int | None:
+        kept = None if unicodedata.category(chr(code)) in ("Cf", "Mn") else code
+        self[code] = kept
+        return kept
+
+
+_INVISIBLE = _Invisible()
+
+
+def read_as_model(text: str) -> str:
+    """`text` as a model reads it: NFKC, no invisible characters, marks and look-alikes folded.
+
+    The injection patterns (`graphs.injection.normalize`) and the prompts' tag check
+    (`prompting.prompts`) read text so.
+
+    Invisible format characters (zero-width space, joiner, soft hyphen, word joiner,
+    byte-order mark, bidirectional controls: Unicode category Cf) are removed, so a
+    zero-width space inside "Ignore" does not split the word. Combining marks are
+    removed too (an underlined "I̲g̲n̲o̲r̲e̲"), and the Cyrillic and Greek letters drawn
+    like Latin ones are read as those.
+    """
+    if text.isascii():  # most text: nothing to fold, and NFKC leaves ASCII as it is
+        return text
+    kept = unicodedata.normalize("NFKD", text).translate(_INVISIBLE)
+    return unicodedata.normalize("NFKC", kept).translate(_CONFUSABLES)

@@ -38,7 +38,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
@@ -288,7 +287,7 @@ class SelfCritique:
         fb = self.feedback(
             state, id=id, value=value, rationale=rationale, annotator=annotator, metadata=metadata
         )
-        return self.judge._align([fb], config, **self._earlier(state, fb))
+        return self.judge.align([fb], config, **self._earlier(state, fb))
 
     async def arecord(
         self,
@@ -306,9 +305,9 @@ class SelfCritique:
             state, id=id, value=value, rationale=rationale, annotator=annotator, metadata=metadata
         )
         earlier = self._earlier(state, fb)
-        return await asyncio.to_thread(self.judge._align, [fb], config, **earlier)
+        return await self.judge.aalign([fb], config, **earlier)
 
     def _earlier(self, state: Any, fb: Feedback) -> dict[str, Any]:
-        """`_align`'s arguments recording the critique's verdict as the judge's earlier one."""
+        """`align`'s arguments recording the critique's verdict as the judge's earlier one."""
         judged = label_of(self._critique_of(state)["result"])
         return {"prior_verdicts": {fb.id: judged}, "prior_source": "self_critique"}

@@ -460,6 +460,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         raise_on_failure: bool = True,
         score_first: bool = False,
         prior_verdicts: Mapping[str, Any] | None = None,
+        prior_source: str = "given",
     ) -> AlignReport:
         """Learn from feedback: store episodes, distill and merge guidelines.
 
@@ -493,10 +494,16 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 it learned them, by feedback id (a `JudgeResult` the caller kept,
                 or its label), recorded beside the experts' at no cost. Ids must
                 be in `feedback`; only items new to the memory get a point.
+            prior_source: Where `prior_verdicts` came from, a label kept with each
+                of their points (`ReviewPoint.source`): "given" by default. An
+                integration that reads the verdicts names itself; the package's own
+                pass "langsmith" (verdicts read from LangSmith runs) and
+                "self_critique" (the critique a `SelfCritique.record` closes).
 
         Raises:
             InvalidFeedbackError: malformed feedback or a value outside the scale, or
                 a prior verdict off the scale or for an id not in `feedback`.
+            TypeError: `prior_source` is not a non-empty string.
             LimitExceededError: feedback over a size limit (an `InvalidFeedbackError`).
             AlignFailedError: the call failed part-way (a provider error, most
                 often) and was rolled back: the memory is unchanged.
@@ -504,28 +511,8 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
                 `raise_on_failure`); their feedback is stored and retried by the
                 next `align`, and the error carries the report.
         """
-        return self._align(
-            feedback,
-            config,
-            raise_on_failure=raise_on_failure,
-            score_first=score_first,
-            prior_verdicts=prior_verdicts,
-        )
-
-    def _align(
-        self,
-        feedback: Iterable[Feedback | dict[str, Any]],
-        config: RunnableConfig | None = None,
-        *,
-        raise_on_failure: bool = True,
-        score_first: bool = False,
-        prior_verdicts: Mapping[str, Any] | None = None,
-        prior_source: str = "given",
-    ) -> AlignReport:
-        """`align`, with where `prior_verdicts` came from (the agreement series keeps it).
-
-        The LangSmith integration passes "langsmith": the verdicts it read there.
-        """
+        if not isinstance(prior_source, str) or not prior_source:
+            raise TypeError(f"prior_source must be a non-empty string, not {prior_source!r}")
         items = self._validate(feedback)
         prior = self._prior_verdicts(items, prior_verdicts, prior_source)
         return self._run.align(
@@ -544,6 +531,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
         raise_on_failure: bool = True,
         score_first: bool = False,
         prior_verdicts: Mapping[str, Any] | None = None,
+        prior_source: str = "given",
     ) -> AlignReport:
         """Async twin of `align` (runs off the event loop)."""
         items = list(feedback)
@@ -554,6 +542,7 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             raise_on_failure=raise_on_failure,
             score_first=score_first,
             prior_verdicts=prior_verdicts,
+            prior_source=prior_source,
         )
 
     def unalign(self, ids: Sequence[str], config: RunnableConfig | None = None) -> UnalignReport:

@@ -56,8 +56,8 @@ class ReviewPoint:
     source: str | None
     """Where the judge's verdict came from: "langsmith" (its verdict written on the
     run), "score_first" (graded by `align(score_first=True)`), "self_critique" (the
-    critique a `SelfCritique.record` confirms or corrects) or "given"
-    (`align(prior_verdicts=...)`)."""
+    critique a `SelfCritique.record` confirms or corrects), "given"
+    (`align(prior_verdicts=...)`) or the label a caller passed as `align(prior_source=...)`."""
 
     @property
     def agrees(self) -> bool:

@@ -1,8 +1,9 @@
 """The LangGraph graphs that use the memory, and their nodes: judging and aligning.
 
 - `judge`: embed the case, load guidelines and retrieve episodes, then judge;
-- `align`: the align graph and `AlignNodes`, made of the steps `reflect`, `merge`,
-  `consolidate` and `forget` (the unalign step), each in its module; `align_state`: its state;
+- `align`: the align and unalign graphs, and `AlignNodes`, which builds their steps
+  (`classify`, `forget`, `reflect`, `merge`, `consolidate`, ...: each a class in its
+  module, given what it uses); `align_state`: their state, by the step that writes it;
 - `validate`: new guidelines graded on seen cases; `calibrate`: seen cases graded for
   score calibration; `seen_cases`: grading a seen case as unseen, for both;
 - `pairs`: contrast pairs for reflection; `provenance`: checks on proposals;

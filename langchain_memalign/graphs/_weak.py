@@ -19,16 +19,23 @@ from typing import Any
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 
-def weak_node(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A plain function with `method`'s calling convention, calling it weakly."""
+def weak_node(node: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """A plain function with `node`'s calling convention, calling it weakly.
+
+    `node`: a bound method, or an object called as one (a step class's `__call__`).
+    `name`: the function's name (by default the method's), which a route's run takes
+    in traces; a node's run takes the node's name instead.
+    """
+    step: Any = node  # a step object's bound `__call__` is what a weak reference can hold
+    method: Callable[..., Any] = node if inspect.ismethod(node) else step.__call__
     ref = weakref.WeakMethod(method)
-    name = getattr(method, "__name__", "node")
+    label = name if name is not None else str(getattr(method, "__name__", "node"))
 
     def target() -> Callable[..., Any]:
         bound = ref()
         if bound is None:
             raise RuntimeError(
-                f"node {name!r} belongs to a judge that no longer exists: keep the judge "
+                f"node {label!r} belongs to a judge that no longer exists: keep the judge "
                 "while its graphs are used"
             )
         return bound
@@ -53,7 +60,7 @@ def weak_node(method: Callable[..., Any]) -> Callable[..., Any]:
         def fn(state: Any) -> Any:
             return target()(state)
 
-    fn.__name__ = fn.__qualname__ = name
+    fn.__name__ = fn.__qualname__ = label
     fn.__doc__ = method.__doc__
     return fn
 

@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs._failures import raise_unless_unusable
+from langchain_memalign.graphs.align_state import Calibrated, Classified
 from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.memory.calibration import CalibrationPair, calibrates
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -97,3 +98,19 @@ class ScoreCalibrator:
             errors=[f"calibration could not grade seen cases {failed}"] if failed else [],
             usage=usage,
         )
+
+
+class Calibrate:
+    """The `calibrate` node: the cases this align stored, graded by `calibrator` (if any)."""
+
+    def __init__(self, calibrator: ScoreCalibrator | None) -> None:
+        self.calibrator = calibrator
+
+    def __call__(self, state: Classified, config: RunnableConfig) -> Calibrated:
+        """On integer scales, grade the stored cases as unseen and keep calibration pairs."""
+        if self.calibrator is None:
+            return {}
+        report = self.calibrator.run(state.get("to_store") or [], config)
+        if report is None:
+            return {}
+        return {"calibration": report, "usages": [report.usage], "errors": report.errors}

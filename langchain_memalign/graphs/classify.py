@@ -9,18 +9,17 @@ model call, and reported as updated (a retag).
 
 from __future__ import annotations
 
-from typing import Any
-
-from langchain_memalign.graphs.align_state import AlignState
+from langchain_memalign.graphs.align_state import AlignInput, Classified
 from langchain_memalign.memory.judge_memory import JudgeMemory
 
 
-class ClassifyStep:
-    """The classify node of `AlignNodes` (see the module doc)."""
+class Classify:
+    """The `classify` node (see the module doc): reads and writes the memory's feedback."""
 
-    memory: JudgeMemory
+    def __init__(self, memory: JudgeMemory) -> None:
+        self.memory = memory
 
-    def classify(self, state: AlignState) -> dict[str, Any]:
+    def __call__(self, state: AlignInput) -> Classified:
         """Sort the feedback into added, updated and unchanged items; store retagged ones."""
         mem = self.memory
         items = state.get("feedback") or []
@@ -50,6 +49,6 @@ class ClassifyStep:
         }
 
 
-def route_changed(state: AlignState) -> str:
+def route_changed(state: Classified) -> str:
     """Forget what changed items taught before learning again; else straight to batching."""
     return "forget" if state.get("updated") else "batch"

@@ -7,14 +7,12 @@ of its parts' provenance. Rules experts added, edited or pinned are left out.
 
 from __future__ import annotations
 
-from typing import Any
-
 from langchain_core.runnables import RunnableConfig
 
 from langchain_memalign import limits
 from langchain_memalign._text import normalize
 from langchain_memalign.errors import MalformedOutputError
-from langchain_memalign.graphs.align_state import AlignState
+from langchain_memalign.graphs.align_state import Costs
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline, new_guideline_id, total_tokens
@@ -26,19 +24,24 @@ from langchain_memalign.prompting.structured import StructuredCaller
 from langchain_memalign.reports import Usage
 
 
-class ConsolidateStep:
-    """The consolidation nodes of `AlignNodes` (see the module doc)."""
+class Consolidate:
+    """The `consolidate` node and the route to it (see the module doc).
 
-    memory: JudgeMemory
-    consolidator: StructuredCaller[Consolidation]
+    Neither reads the graph's state: the memory's guidelines say whether they outgrew
+    their budget, and `consolidator` (the structured call that merges them) rewrites them.
+    """
 
-    def route_consolidation(self, state: AlignState) -> str:
+    def __init__(self, memory: JudgeMemory, consolidator: StructuredCaller[Consolidation]) -> None:
+        self.memory = memory
+        self.consolidator = consolidator
+
+    def route(self, state: object) -> str:
         """Consolidate only when the guidelines outgrow their token budget."""
         budget = self.memory.config.options.reflection.guideline_token_budget
         over = total_tokens(self.memory.guidelines) > budget
         return "consolidate" if over else "checks"
 
-    def consolidate(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+    def __call__(self, state: object, config: RunnableConfig) -> Costs:
         """Merge overlapping guidelines with the model, keeping the union of their provenance."""
         mem = self.memory
         cfg = mem.config

@@ -29,41 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_memalign.prompting.directions import describe, directions
 from langchain_memalign.scale import Scale
 
-BOOL = ("pass", "fail")
-NUMERIC = ("higher", "lower")
-
-
-def directions(scale: Scale) -> tuple[str, ...]:
-    """The directions a guideline on `scale` may declare; () where none is asked (pairwise)."""
-    if scale.kind == "bool":
-        return BOOL
-    if scale.kind == "numeric":
-        return NUMERIC
-    if scale.kind == "categorical":
-        return scale.choices
-    return ()
-
-
-def describe(scale: Scale) -> str:
-    """What a model is told to declare, for a prompt: "" where none is asked."""
-    if scale.kind == "bool":
-        return (
-            '"fail" if the rule makes the judge fail outputs (a requirement an output can '
-            'break), "pass" if it makes the judge pass them (an exception, something allowed)'
-        )
-    if scale.kind == "numeric":
-        return (
-            '"lower" if the rule lowers scores (a requirement an output loses points for '
-            'breaking), "higher" if it raises them (something that earns points or is allowed)'
-        )
-    if scale.kind == "categorical":
-        return (
-            "the score the rule leads the judge to give the outputs it decides (for a "
-            "requirement, the score of an output that breaks it)"
-        )
-    return ""
+# The vocabulary a model declares in (`directions`, `describe`) is the prompts' own
+# (`prompting.directions`); what is checked against the experts' verdicts is here.
+__all__ = ["describe", "directions", "unsupported", "went"]
 
 
 def went(scale: Scale, direction: str, value: Any) -> bool:

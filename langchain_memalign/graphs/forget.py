@@ -1,9 +1,8 @@
 """The forget step: detach feedback from memory and re-derive what it fed.
 
-`ForgetStep` is part of the alignment nodes (`AlignNodes` inherits it). It is the
-whole of the unalign graph (`unalign`: the feedback is removed), and the align graph's
-step before a changed feedback item is learned again (`forget_replaced`: the item
-stays, what its old version taught is re-derived).
+`Forget` is the whole of the unalign graph's `forget` node (`unalign`: the feedback is
+removed), and the align graph's `forget` node before a changed feedback item is learned
+again (`replaced`: the item stays, what its old version taught is re-derived).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from langchain_memalign.errors import UnknownFeedbackError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs import direction
 from langchain_memalign.graphs._failures import raise_unless_unusable
-from langchain_memalign.graphs.align_state import AlignState, UnalignState
+from langchain_memalign.graphs.align_state import Classified, Costs, UnalignState
 from langchain_memalign.graphs.provenance import obeys_feedback, supporting_sources
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.rulebook import load_rulebook
@@ -41,13 +40,18 @@ class ForgetResult:
     usage: Usage = field(default_factory=Usage)
 
 
-class ForgetStep:
-    """Removing feedback and re-deriving the guidelines it fed (see the module doc)."""
+class Forget:
+    """Removing feedback and re-deriving the guidelines it fed (see the module doc).
 
-    memory: JudgeMemory
-    rederiver: StructuredCaller[Rederived]
+    `rederiver`: the structured call that re-distills a guideline from its remaining
+    sources, declaring which way it moves verdicts (`schemas.with_direction`).
+    """
 
-    def unalign(self, state: UnalignState, config: RunnableConfig) -> dict[str, Any]:
+    def __init__(self, memory: JudgeMemory, rederiver: StructuredCaller[Rederived]) -> None:
+        self.memory = memory
+        self.rederiver = rederiver
+
+    def unalign(self, state: UnalignState, config: RunnableConfig) -> UnalignState:
         """Remove feedback and re-derive what it fed; unknown ids remove nothing and raise."""
         ids = state.get("ids") or []
         known = self.memory.store.feedback_state(ids)
@@ -62,7 +66,7 @@ class ForgetStep:
             "usage": result.usage,
         }
 
-    def forget_replaced(self, state: AlignState, config: RunnableConfig) -> dict[str, Any]:
+    def replaced(self, state: Classified, config: RunnableConfig) -> Costs:
         """Before changed feedback is learned again: re-derive what its old version taught."""
         result = self.forget(state.get("updated") or [], delete=False, config=config)
         return {"usages": [result.usage], "errors": result.errors}

@@ -26,52 +26,13 @@ flags on honest look-alikes, and false flags on real outputs.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_memalign._text import read_as_model as normalize
 from langchain_memalign._text import render, truncate
 
 __all__ = ["FAMILIES", "Finding", "find", "grader_directed", "normalize"]
-
-# Latin look-alikes from Cyrillic and Greek that NFKC leaves as they are: "Ignоre"
-# with a Cyrillic о reads as "Ignore" to a model, and must to the patterns too.
-_CONFUSABLES = str.maketrans(
-    "аеорсухіјѕԁӏАВЕКМНОРСТХІЈЅαβεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
-    "aeopcyxijsdlABEKMHOPCTXIJSabeiknoptuxABEZHIKMNOPTYX",
-)
-
-
-class _Invisible(dict[int, int | None]):
-    """`str.translate` table that drops format characters and combining marks.
-
-    Filled as characters are met: a table of every code point would take a
-    second to build at import.
-    """
-
-    def __missing__(self, code: int) -> int | None:
-        kept = None if unicodedata.category(chr(code)) in ("Cf", "Mn") else code
-        self[code] = kept
-        return kept
-
-
-_INVISIBLE = _Invisible()
-
-
-def normalize(text: str) -> str:
-    """`text` as the patterns read it: NFKC, no invisible characters, marks and look-alikes folded.
-
-    Invisible format characters (zero-width space, joiner, soft hyphen, word joiner,
-    byte-order mark, bidirectional controls: Unicode category Cf) are removed, so a
-    zero-width space inside "Ignore" does not split the word. Combining marks are
-    removed too (an underlined "I̲g̲n̲o̲r̲e̲"), and the Cyrillic and Greek letters drawn
-    like Latin ones are read as those.
-    """
-    if text.isascii():  # most text: nothing to fold, and NFKC leaves ASCII as it is
-        return text
-    kept = unicodedata.normalize("NFKD", text).translate(_INVISIBLE)
-    return unicodedata.normalize("NFKC", kept).translate(_CONFUSABLES)
-
 
 # -- vocabulary ----------------------------------------------------------------------------
 

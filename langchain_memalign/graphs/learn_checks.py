@@ -46,6 +46,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
+from langchain_memalign.graphs.align_state import ChecksInput, ChecksLearned, UnalignState
 from langchain_memalign.graphs.checks import CheckAsker
 from langchain_memalign.graphs.judge import split_outputs
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -796,3 +797,31 @@ def _caught(check: Check, scale: Scale, values: dict[str, Any]) -> set[str]:
         elif f and same_verdict(scale, values[fid], check.consequence):
             out.add(fid)
     return out
+
+
+class LearnChecks:
+    """The `checks` node of both graphs: the checks brought up to date by `learner` (if any)."""
+
+    def __init__(self, learner: CheckLearner | None) -> None:
+        self.learner = learner
+
+    def __call__(self, state: ChecksInput, config: RunnableConfig) -> ChecksLearned:
+        """Write, test and keep the guidelines' checks, when this align changed the memory."""
+        learner = self.learner
+        changed = [*(state.get("added") or []), *(state.get("updated") or [])]
+        if learner is None or not learner.enabled or not (changed or state.get("reflections")):
+            return {}
+        reports, usage, errors = learner.run(changed, config)
+        return {"check_reports": reports, "usages": [usage], "errors": errors}
+
+    def after_unalign(self, state: UnalignState, config: RunnableConfig) -> UnalignState:
+        """Test the checks again without the removed feedback (their answers are kept)."""
+        learner = self.learner
+        if learner is None or not learner.enabled or not state.get("removed"):
+            return {}
+        reports, usage, errors = learner.run([], config)
+        return {
+            "check_reports": reports,
+            "usage": (state.get("usage") or Usage()) + usage,
+            "errors": [*(state.get("errors") or []), *errors],
+        }

@@ -9,14 +9,14 @@ guideline, rejects case summaries and restatements of rules experts rejected
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
 from langchain_memalign import limits
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs import direction
-from langchain_memalign.graphs.align_state import AlignState
+from langchain_memalign.graphs.align_state import Merged, MergeInput
 from langchain_memalign.graphs.provenance import (
     TOPIC_SEARCH_DEPTH,
     names_one_case,
@@ -32,12 +32,13 @@ from langchain_memalign.prompting.prompts import format_value
 from langchain_memalign.reports import RejectedGuideline, Usage
 
 
-class MergeStep:
-    """The merge node of `AlignNodes` (see the module doc)."""
+class Merge:
+    """The `merge` node (see the module doc): the one write of what an align learned."""
 
-    memory: JudgeMemory
+    def __init__(self, memory: JudgeMemory) -> None:
+        self.memory = memory
 
-    def merge(self, state: AlignState) -> dict[str, Any]:
+    def __call__(self, state: MergeInput) -> Merged:
         """Store episodes and merge checked guidelines into memory, in one transaction.
 
         Proposals that restate one case are rejected; each proposal keeps only the cited
@@ -210,7 +211,7 @@ class MergeStep:
         }
 
     @staticmethod
-    def _record_reviews(w: MemoryWrite, state: AlignState, to_store: list[Feedback]) -> list[str]:
+    def _record_reviews(w: MemoryWrite, state: MergeInput, to_store: list[Feedback]) -> list[str]:
         """The agreement series: each review beside the judge's earlier verdict, then the align.
 
         In the write that stores the feedback, so a point never outlives its item.

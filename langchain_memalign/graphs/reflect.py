@@ -1,10 +1,10 @@
 """The reflection steps of the align graph: guidelines distilled from feedback, in parallel.
 
-`batch` chooses what this align reflects on (the new and changed items with a
+`Batch` chooses what this align reflects on (the new and changed items with a
 rationale, and the stored items whose reflection failed before) and groups it: each
 item beside the most similar case graded otherwise (`pairs`, the default), or in
 batches that each hold every score present. `route_batches` fans out one `reflect`
-task per group. `reflect` distills scoped guidelines from one batch of feedback,
+task per group. `Reflect` distills scoped guidelines from one batch of feedback,
 shown beside stored cases with other verdicts, or the rule of one contrast pair; a
 batch that fails is recorded, never dropped: its feedback is stored and kept
 pending for the next alignment.
@@ -13,20 +13,25 @@ pending for the next alignment.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Send
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs import direction
-from langchain_memalign.graphs.align_state import AlignState, ReflectInput, ReflectionResult
+from langchain_memalign.graphs.align_state import (
+    Batched,
+    Classified,
+    Reflected,
+    ReflectInput,
+    ReflectionResult,
+)
 from langchain_memalign.graphs.pairs import contrast_groups
 from langchain_memalign.graphs.provenance import echoes_prompt
 from langchain_memalign.memory.judge_memory import JudgeMemory
 from langchain_memalign.memory.semantic import Proposal
 from langchain_memalign.prompting.budget import fit_reflection
+from langchain_memalign.prompting.directions import describe
 from langchain_memalign.prompting.handles import feedback_handles, guideline_handles
 from langchain_memalign.prompting.prompts import (
     FEEDBACK_IS_MATERIAL,
@@ -61,7 +66,7 @@ def mixed_batches(items: list[Feedback], size: int) -> list[list[Feedback]]:
     return batches
 
 
-def _reflection_failed(ids: list[str], e: Exception) -> dict[str, Any]:
+def _reflection_failed(ids: list[str], e: Exception) -> Reflected:
     """The `reflect` update for a call that failed: its feedback is kept pending."""
     return {
         "reflections": [ReflectionResult(ids, error=f"{type(e).__name__}: {e}")],
@@ -71,13 +76,13 @@ def _reflection_failed(ids: list[str], e: Exception) -> dict[str, Any]:
     }
 
 
-class ReflectStep:
-    """The reflection nodes of `AlignNodes` (see the module doc)."""
+class Batch:
+    """The `batch` node (see the module doc): reads the pending feedback, embeds for pairs."""
 
-    memory: JudgeMemory
-    reflection_model: BaseChatModel
+    def __init__(self, memory: JudgeMemory) -> None:
+        self.memory = memory
 
-    def batch(self, state: AlignState) -> dict[str, Any]:
+    def __call__(self, state: Classified) -> Batched:
         """What this align reflects on, grouped in contrast pairs or mixed batches."""
         mem = self.memory
         to_store = state.get("to_store") or []
@@ -103,17 +108,26 @@ class ReflectStep:
         batches = mixed_batches(to_reflect, mem.config.options.reflection.batch_size)
         return {"to_reflect": to_reflect, "batches": batches}
 
-    def route_batches(self, state: AlignState) -> list[Send] | str:
-        """Fan out one `reflect` task per batch; go straight to `merge` when there is none."""
-        pending = {fb.id for fb in state.get("to_reflect") or []}
-        sends = [
-            Send("reflect", {"batch": b, "reflecting": [fb.id for fb in b if fb.id in pending]})
-            for b in state.get("batches") or []
-            if b
-        ]
-        return sends or "merge"
 
-    def reflect(self, state: ReflectInput, config: RunnableConfig) -> dict[str, Any]:
+def route_batches(state: Batched) -> list[Send] | str:
+    """Fan out one `reflect` task per batch; go straight to `merge` when there is none."""
+    pending = {fb.id for fb in state.get("to_reflect") or []}
+    sends = [
+        Send("reflect", {"batch": b, "reflecting": [fb.id for fb in b if fb.id in pending]})
+        for b in state.get("batches") or []
+        if b
+    ]
+    return sends or "merge"
+
+
+class Reflect:
+    """The `reflect` node (see the module doc): one task per batch, with the reflection model."""
+
+    def __init__(self, memory: JudgeMemory, model: BaseChatModel) -> None:
+        self.memory = memory
+        self.reflection_model = model
+
+    def __call__(self, state: ReflectInput, config: RunnableConfig) -> Reflected:
         """Distill guidelines from one batch of feedback, or the rule of one contrast pair."""
         batch = state["batch"]
         ids = [fb.id for fb in batch]
@@ -155,7 +169,7 @@ class ReflectStep:
 
     def _reflect_pair(
         self, group: list[Feedback], ids: list[str], config: RunnableConfig
-    ) -> dict[str, Any]:
+    ) -> Reflected:
         """The rule behind one contrast pair (`graphs.pairs`), citing both cases.
 
         `ids`: the feedback of the pair being reflected on (a stored partner is not).
@@ -175,7 +189,7 @@ class ReflectStep:
             return _reflection_failed(ids, e)
         text = " ".join(out.rule.split())
         # The request's own words back are no rule.
-        asked = (PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL, direction.describe(cfg.scale))
+        asked = (PAIR_SYSTEM, SINGLE_SYSTEM, FEEDBACK_IS_MATERIAL, describe(cfg.scale))
         echo = echoes_prompt(text, "\n".join(asked))
         # The pair is the rule's provenance by construction; the cases whose reason the
         # model says states it are what its direction is checked against (a pair always

@@ -28,6 +28,7 @@ from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs import direction
 from langchain_memalign.graphs._failures import raise_unless_unusable
+from langchain_memalign.graphs.align_state import Merged, Validated
 from langchain_memalign.graphs.provenance import obeys_feedback, restates_case
 from langchain_memalign.graphs.seen_cases import grade_unseen
 from langchain_memalign.memory.judge_memory import JudgeMemory
@@ -299,6 +300,21 @@ class GuidelineValidator:
                 w.put_guideline(g, vectors[i], 0)
             sources = [s for g in narrowed for s in g.source_ids]
             w.log("validate", sources, dropped + [g.id for g in narrowed])
+
+
+class Validate:
+    """The `validate` node: the guidelines `merge` added, graded by `validator` (if any)."""
+
+    def __init__(self, validator: GuidelineValidator | None) -> None:
+        self.validator = validator
+
+    def __call__(self, state: Merged, config: RunnableConfig) -> Validated:
+        """Grade seen cases with and without each new guideline; narrow or drop bad ones."""
+        new = state.get("new_guidelines") or []
+        if self.validator is None or not new:
+            return {}
+        checks, usage, errors = self.validator.run(new, config)
+        return {"validation": checks, "usages": [usage], "errors": errors}
 
 
 def _rejects(fixed: Sequence[str], broken: Sequence[str], require_fix: bool) -> bool:

@@ -280,9 +280,9 @@ class LangSmithFeedbackSource(_SourceReader):
                 runs_fetched += len({r.run_id for r in batch})
                 if items:
                     earlier = self._earlier_verdicts(judge, key, items, verdicts)
-                    # `_align`: the verdicts are recorded as read from LangSmith.
+                    # The verdicts are recorded as read from LangSmith (`prior_source`).
                     reports.append(
-                        judge._align(
+                        judge.align(
                             items,
                             raise_on_failure=False,
                             prior_verdicts=earlier,

@@ -9,12 +9,11 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_memalign._text import fair_shares, render, render_within, truncate
+from langchain_memalign._text import fair_shares, read_as_model, render, render_within, truncate
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs import direction
-from langchain_memalign.graphs.injection import normalize as read_as_model
 from langchain_memalign.memory.episodic import Episode
 from langchain_memalign.memory.semantic import Guideline
+from langchain_memalign.prompting import directions
 from langchain_memalign.prompting.handles import Handles, feedback_handles, guideline_handles
 from langchain_memalign.scale import Scale
 
@@ -462,7 +461,7 @@ def reflect_messages(
     The feedback is named by `feedback_handles([*batch, *contrast])`, the existing
     guidelines by `guideline_handles(existing)`.
     """
-    declared = direction.describe(scale)
+    declared = directions.describe(scale)
     system = REFLECT_SYSTEM.format(
         task=_task(instructions), scale=scale.describe(), max_new=max_new,
         material=FEEDBACK_IS_MATERIAL,
@@ -486,7 +485,7 @@ def _declared(scale: Scale | None, *, cited: bool = False) -> tuple[str, str]:
     if cited:
         declare += '"source_ids": the ids of the cases whose reason states or follows the rule.\n'
         fields += ', "source_ids": ["<feedback id>"]'
-    if scale is not None and (declared := direction.describe(scale)):
+    if scale is not None and (declared := directions.describe(scale)):
         declare += f'"direction": {declared}.\n'
         fields += ', "direction": "..."'
     return declare, fields

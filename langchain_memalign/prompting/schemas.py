@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from langchain_memalign.graphs.direction import describe, directions
 from langchain_memalign.limits import MAX_GUIDELINE_CHARS
 from langchain_memalign.memory.semantic import GUIDELINE_MAX_CHARS
+from langchain_memalign.prompting.directions import describe, directions
 from langchain_memalign.scale import Scale
 
 # The text of a guideline a model writes. The model is offered GUIDELINE_MAX_CHARS; a

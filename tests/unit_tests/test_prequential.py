@@ -139,6 +139,24 @@ def test_prior_verdicts_are_recorded_without_a_call(
     assert judge.agreement_history().points[1].expert is False
 
 
+def test_prior_source_labels_the_points_of_the_verdicts_given(make_judge: Any) -> None:
+    """An integration that reads earlier verdicts names where they came from."""
+    judge = make_judge()
+    judge.align([RUDE], prior_verdicts={"rude": "false"}, prior_source="review_tool")
+    (point,) = judge.agreement_history().points
+    assert (point.feedback_id, point.judge, point.source) == ("rude", False, "review_tool")
+    for bad in ("", None):
+        with pytest.raises(TypeError, match="prior_source must be a non-empty string"):
+            judge.align([HOURS], prior_verdicts={"hours": True}, prior_source=bad)
+    assert judge.feedback_ids == ["rude"]  # refused before anything ran
+
+
+async def test_aalign_passes_prior_source_on(make_judge: Any) -> None:
+    judge = make_judge()
+    await judge.aalign([RUDE], prior_verdicts={"rude": True}, prior_source="review_tool")
+    assert [p.source for p in judge.agreement_history().points] == ["review_tool"]
+
+
 def test_prior_verdicts_are_checked_before_anything_runs(make_judge: Any) -> None:
     judge = make_judge()
     with pytest.raises(InvalidFeedbackError, match="not in this align call"):

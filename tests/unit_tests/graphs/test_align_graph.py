@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 from uuid import UUID
 
+import pytest
 from conftest import HOURS, RUDE, SWEATER
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.types import Send
 
 from langchain_memalign.graphs.align import AlignNodes, build_align_graph
 from langchain_memalign.graphs.align_state import ReflectionResult
+from langchain_memalign.graphs.classify import Classify
+from langchain_memalign.graphs.reflect import route_batches
 from langchain_memalign.memory.semantic import Proposal
 from langchain_memalign.prompting.schemas import reflection_schema
 
@@ -62,17 +67,31 @@ def test_align_and_unalign_run_all_their_steps_in_their_graphs(make_judge: Any) 
 
 def test_the_align_graph_runs_the_nodes_it_is_given(make_judge: Any) -> None:
     judge = make_judge()
-    ran: list[AlignNodes] = []
+    ran: list[Classify] = []
 
-    class Recording(AlignNodes):
-        def classify(self, state: Any) -> dict[str, Any]:
+    class Recording(Classify):
+        def __call__(self, state: Any) -> Any:
             ran.append(self)
-            return super().classify(state)
+            return super().__call__(state)
 
-    nodes = Recording(judge.memory, judge.reflection_model)
+    nodes = nodes_of(judge)
+    nodes.classify = Recording(judge.memory)
     out = build_align_graph(nodes).invoke({"feedback": [SWEATER]})
-    assert ran == [nodes] and out["added"] == ["sweater"]
+    assert ran == [nodes.classify] and out["added"] == ["sweater"]
     assert judge.feedback_ids == ["sweater"]
+
+
+def test_the_align_graph_does_not_keep_its_steps_alive(make_judge: Any) -> None:
+    """The steps are objects the caller owns; the graph reaches them weakly."""
+    judge = make_judge()
+    nodes = nodes_of(judge)
+    alive = weakref.ref(nodes.classify)
+    graph = build_align_graph(nodes)
+    del nodes
+    gc.collect()
+    assert alive() is None
+    with pytest.raises(RuntimeError, match="node 'classify' belongs to a judge"):
+        graph.invoke({"feedback": [SWEATER]})
 
 
 def test_classify_alone_sorts_the_feedback_and_stores_a_retag(make_judge: Any) -> None:
@@ -102,12 +121,11 @@ def test_batch_alone_reflects_on_new_and_pending_items_with_a_rationale(
     assert [[fb.id for fb in b] for b in out["batches"]] == [["rude", "sweater"]]
 
 
-def test_route_batches_fans_out_one_send_per_batch(make_judge: Any) -> None:
-    nodes = nodes_of(make_judge())
-    sends = nodes.route_batches({"batches": [[SWEATER], [HOURS, RUDE]]})
+def test_route_batches_fans_out_one_send_per_batch() -> None:
+    sends = route_batches({"batches": [[SWEATER], [HOURS, RUDE]]})
     assert isinstance(sends, list) and all(isinstance(s, Send) for s in sends)
     assert [[f.id for f in s.arg["batch"]] for s in sends] == [["sweater"], ["hours", "rude"]]
-    assert nodes.route_batches({"batches": []}) == "merge"
+    assert route_batches({"batches": []}) == "merge"
 
 
 def test_reflect_alone(make_judge: Any, model: Any) -> None:
@@ -155,9 +173,9 @@ def test_consolidate_alone(make_judge: Any) -> None:
         for f in (SWEATER, HOURS)
     ]
     nodes.merge({"to_store": [SWEATER, HOURS], "reflections": reflections})
-    assert nodes.route_consolidation({}) == "consolidate"
+    assert nodes.consolidate.route({}) == "consolidate"
     nodes.consolidate({}, {})
     assert [(g.text, set(g.source_ids)) for g in judge.guidelines] == [
         ("Consolidated rule.", {"sweater", "hours"})
     ]
-    assert nodes.route_consolidation({}) == "checks"
+    assert nodes.consolidate.route({}) == "checks"

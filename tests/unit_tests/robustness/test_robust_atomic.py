@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import sqlite3
 import threading
 import uuid
@@ -24,7 +25,13 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from langchain_core.messages import BaseMessage
 
 from langchain_memalign import AlignFailedError, Feedback, MemAlignJudge
-from langchain_memalign.graphs.align import AlignNodes, build_align_graph, build_unalign_graph
+from langchain_memalign.graphs.align import build_align_graph, build_unalign_graph
+from langchain_memalign.graphs.calibrate import Calibrate
+from langchain_memalign.graphs.consolidate import Consolidate
+from langchain_memalign.graphs.forget import Forget
+from langchain_memalign.graphs.merge import Merge
+from langchain_memalign.graphs.reflect import Reflect
+from langchain_memalign.graphs.validate import Validate
 from langchain_memalign.memory.backends import open_store
 from langchain_memalign.memory.store import DB_FILE
 
@@ -146,31 +153,32 @@ LONG = (
 )
 
 
-# The align graph's nodes, by step (`AlignNodes` method names).
-ALIGN_STEPS = {
-    "forget": "forget_replaced",
-    "reflect": "reflect",
-    "merge": "merge",
-    "validate": "validate",
-    "calibrate": "calibrate",
-    "consolidate": "consolidate",
+# The align graph's nodes, by step: the step's class and the method the graph calls.
+ALIGN_STEPS: dict[str, tuple[type, str]] = {
+    "forget": (Forget, "replaced"),
+    "reflect": (Reflect, "__call__"),
+    "merge": (Merge, "__call__"),
+    "validate": (Validate, "__call__"),
+    "calibrate": (Calibrate, "__call__"),
+    "consolidate": (Consolidate, "__call__"),
 }
 
 
 def _fail_after(
     monkeypatch: pytest.MonkeyPatch,
-    method: str,
+    step: tuple[type, str],
     judge: MemAlignJudge,
     where: Path | str | None,
     seen: dict[str, Any],
 ) -> None:
-    """Make `AlignNodes.<method>` do its work, note what readers see, then raise."""
-    original = getattr(AlignNodes, method)
+    """Make the step's method do its work, note what readers see, then raise."""
+    cls, method = step
+    original = getattr(cls, method)
 
     @functools.wraps(original)  # the same signature: LangGraph passes `config` by it
-    def faulty(self: AlignNodes, *args: Any) -> Any:
+    def faulty(self: Any, *args: Any) -> Any:
         original(self, *args)
-        mem = self.memory
+        mem = judge.memory
         seen["inside"] = mem.store.change_seq()  # the unit's own, uncommitted version
 
         def outside() -> None:  # a judgment of another thread of this process
@@ -185,9 +193,9 @@ def _fail_after(
                 seen["other"] = dataclasses.asdict(other.dump())
             finally:
                 other.close()
-        raise OSError(f"fault in {method}")
+        raise OSError(f"fault in {cls.__name__}.{method}")
 
-    monkeypatch.setattr(AlignNodes, method, faulty)
+    monkeypatch.setattr(cls, method, faulty)
     # The graphs bind their nodes' methods when built: rebuild them to pick up the patch.
     judge._run.align_graph = build_align_graph(judge._align_nodes)
     judge._run.unalign_graph = build_unalign_graph(judge._align_nodes)
@@ -208,9 +216,9 @@ def test_a_fault_at_any_step_of_a_replacing_align_changes_nothing(
     start = before["meta"]["change_seq"]
     seen: dict[str, Any] = {}
     _fail_after(monkeypatch, ALIGN_STEPS[step], judge, where, seen)
-    with pytest.raises(
-        AlignFailedError, match=f"rolled back.*OSError: fault in {ALIGN_STEPS[step]}"
-    ):
+    cls, method = ALIGN_STEPS[step]
+    fault = re.escape(f"OSError: fault in {cls.__name__}.{method}")
+    with pytest.raises(AlignFailedError, match=f"rolled back.*{fault}"):
         judge.align([CHANGED, fb("x", "Where is my parcel?", "Lost.", False, LONG)])
     # The steps before the fault had written (the old version's guideline was forgotten).
     assert seen["inside"] > start
@@ -235,7 +243,7 @@ def test_a_fault_after_the_unalign_step_changes_nothing(
     judge.align([SWEATER, HOURS, RUDE])
     before = dump(judge)
     seen: dict[str, Any] = {}
-    _fail_after(monkeypatch, "unalign", judge, where, seen)
+    _fail_after(monkeypatch, (Forget, "unalign"), judge, where, seen)
     with pytest.raises(AlignFailedError, match="unalign failed and was rolled back"):
         judge.unalign(["sweater", "rude"])
     assert seen["inside"] > before["meta"]["change_seq"]
@@ -261,7 +269,7 @@ def test_a_failure_after_several_steps_rolls_all_of_them_back(
     def crash(self: Any, state: Any, config: Any) -> Any:
         raise OSError("disk unplugged")
 
-    monkeypatch.setattr(AlignNodes, "consolidate", crash)
+    monkeypatch.setattr(Consolidate, "__call__", crash)
     # The graph binds its nodes' methods when built: rebuild it to pick up the patch.
     judge._run.align_graph = build_align_graph(judge._align_nodes)
     with pytest.raises(AlignFailedError, match="OSError: disk unplugged"):
