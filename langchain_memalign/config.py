@@ -23,6 +23,18 @@ from pydantic_core import PydanticCustomError
 
 from langchain_memalign.scale import Scale
 
+# The option models; the helpers below are the package's own (loading, merging).
+__all__ = [
+    "CalibrationOptions",
+    "ChecksOptions",
+    "JudgeConfig",
+    "JudgeOptions",
+    "PromptOptions",
+    "ReflectionOptions",
+    "RetrievalOptions",
+    "ValidationOptions",
+]
+
 # The value (and default) of a similarity floor that is chosen by the judge's scale.
 AUTO: Literal["auto"] = "auto"
 # The similarity floors of `RetrievalOptions`.

@@ -17,14 +17,15 @@ from conftest import HOURS, INSTRUCTIONS, SWEATER
 from fakes import HashEmbeddings
 from pydantic import ValidationError
 
-from langchain_memalign import (
+from langchain_memalign import JudgeOptions, MemAlignJudge
+from langchain_memalign.config import (
     JudgeConfig,
-    JudgeOptions,
-    MemAlignJudge,
     PromptOptions,
     ValidationOptions,
+    merge_options,
+    nested_names,
+    upgrade_stored_config,
 )
-from langchain_memalign.config import merge_options, nested_names, upgrade_stored_config
 from langchain_memalign.memory.store import DB_FILE
 
 # `JudgeConfig(name=..., instructions=..., scale=bool).model_dump_json()` as the flat

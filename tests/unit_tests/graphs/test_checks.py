@@ -8,7 +8,8 @@ import pytest
 from conftest import fb
 from fakes import RoleResponder
 
-from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
+from langchain_memalign import AlignFailedError, MemAlignJudge
+from langchain_memalign.errors import InvalidRuleError
 from langchain_memalign.graphs.learn_checks import default_consequence, passes, score_test
 from langchain_memalign.memory.rulebook import Check, load_rulebook
 from langchain_memalign.scale import Scale

@@ -23,14 +23,8 @@ import pytest
 from conftest import HOURS, RUDE, SWEATER
 from fakes import HashEmbeddings
 
-from langchain_memalign import (
-    AlignFailedError,
-    EmbeddingMismatchError,
-    Feedback,
-    MemAlignJudge,
-    MemoryFormatError,
-    MemoryUnavailableError,
-)
+from langchain_memalign import AlignFailedError, Feedback, MemAlignJudge, MemoryFormatError
+from langchain_memalign.errors import EmbeddingMismatchError, MemoryUnavailableError
 from langchain_memalign.memory.backends import memory_exists
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")

@@ -59,15 +59,17 @@ from langchain_memalign import (
     AlignFailedError,
     AlignReport,
     Feedback,
-    InvalidRuleError,
     MalformedOutputError,
     MemAlignJudge,
     MemoryFormatError,
-    ReflectionError,
     UnknownFeedbackError,
+)
+from langchain_memalign.errors import (
+    FeedbackConfigMismatchError,
+    InvalidRuleError,
+    ReflectionError,
     UnknownRuleError,
 )
-from langchain_memalign.errors import FeedbackConfigMismatchError
 from langchain_memalign.memory.backends import open_store
 from langchain_memalign.memory.store import DB_FILE, INDEX_FILE
 
