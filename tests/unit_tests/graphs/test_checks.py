@@ -402,7 +402,7 @@ def test_pairwise_the_output_that_breaks_the_rule_loses(
 ) -> None:
     responder.judge_rule = lambda case, memory: {"rationale": "Equal.", "score": "tie"}
     judge = make_judge(
-        scale="pairwise", options={"prompt": {"pairwise_mode": "one_order"}, "checks": ON}
+        scale="pairwise", options={"_ablation": {"pairwise_mode": "one_order"}, "checks": ON}
     )
     pairs = [
         fb("p1", "I'm upset, refund?", ["Refund in 5 days.", "Sorry! Refund in 5 days."], "B",

@@ -191,7 +191,7 @@ def draw_setup(rng: random.Random) -> Setup:
             "test_cases": 3,
             "max_per_judgment": 2,
         },
-        "prompt": {"layout": rng.choice(["turns", "checklist", "plain"])},
+        "_ablation": {"layout": rng.choice(["turns", "checklist", "plain"])},
         "retrieval": {"min_similarity": None, "min_similarity_with_rationale": None},
         "max_retries": 1,
     }
