@@ -75,6 +75,7 @@ from side_by_side import (
 
 import langchain_memalign
 from langchain_memalign import Feedback, MemAlignJudge, Scale
+from langchain_memalign import _ablation as ablation_hook
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.memory.rulebook import load_rulebook
 from langchain_memalign.memory.semantic import Guideline
@@ -303,7 +304,7 @@ class Bench:
     def run_few_shot(self, d: Domain) -> dict[str, Any]:
         # Laid out as the judge lays out past cases (its prompt layout and verdict order).
         probe = self.new_judge(d, {})
-        style, first = probe.config.options.prompt.layout, probe.config.score_first
+        style, first = ablation_hook.of(probe.config).layout, probe.config.score_first
         probe.close()
         judge = FewShotJudge(
             d.name, d.criterion, SCALE, self.judge_llm, d.feedback(),

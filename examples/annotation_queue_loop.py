@@ -38,7 +38,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
 from langchain_memalign import MemAlignJudge
-from langchain_memalign.langsmith import JudgeAnnotationQueue, Verdict
+from langchain_memalign.langsmith import JudgeAnnotationQueue
+from langchain_memalign.langsmith.types import Verdict
 from langchain_memalign.models import openai_compatible
 
 INSTRUCTIONS = """Is this customer-support reply helpful to the customer?

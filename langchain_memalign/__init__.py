@@ -1,109 +1,63 @@
 """LLM judges that learn from human feedback through a dual memory (MemAlign).
 
-The public surface: `MemAlignJudge` (a LangChain Runnable), its options
-(`JudgeOptions` and its groups), `Feedback`, the reports every public method
-returns, the scale, the memory records and the errors.
+The top level is what a first judge needs: `MemAlignJudge` (a LangChain Runnable),
+`JudgeOptions`, `Feedback`, `Scale`, `JudgeResult`, `SelfCritique`, the reports the
+judge's methods return, the base error and the errors callers catch. The rest lives in
+public modules, each with its own `__all__`:
+
+- `langchain_memalign.config`: `JudgeOptions`' groups and `JudgeConfig`;
+- `langchain_memalign.errors`: every error;
+- `langchain_memalign.reports`: the reports and what they hold (`Usage`, ...);
+- `langchain_memalign.rules`: the rulebook (`Rulebook`, `Rule`, ...);
+- `langchain_memalign.memory`: the memory records (`Guideline`, `Episode`);
+- `langchain_memalign.evaluation`: agreement reports and series, learning curves;
+- `langchain_memalign.critique`: self-critique in agent graphs;
+- `langchain_memalign.langsmith`: the LangSmith integration;
+- `langchain_memalign.models`: building models for a local or proxied endpoint.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from langchain_memalign.config import (
-    CalibrationOptions,
-    JudgeConfig,
-    JudgeOptions,
-    PromptOptions,
-    ReflectionOptions,
-    RetrievalOptions,
-    ValidationOptions,
-)
-from langchain_memalign.critique import CritiqueState, SelfCritique
+from langchain_memalign.config import JudgeOptions
+from langchain_memalign.critique import SelfCritique
 from langchain_memalign.errors import (
     AlignFailedError,
-    EmbeddingMismatchError,
     InvalidFeedbackError,
-    InvalidFeedbackIdError,
     InvalidJudgeInputError,
-    InvalidRuleError,
-    LimitExceededError,
     MalformedOutputError,
     MemAlignError,
     MemoryBusyError,
     MemoryFormatError,
-    MemoryFullError,
-    MemoryPermissionError,
-    MemoryReadOnlyError,
-    MemoryUnavailableError,
-    ReflectionError,
     UnknownFeedbackError,
-    UnknownRuleError,
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
-from langchain_memalign.memory.episodic import Episode
-from langchain_memalign.memory.semantic import Guideline
-from langchain_memalign.prequential import (
-    AgreementHistory,
-    AgreementWindow,
-    AlignMarker,
-    ReviewPoint,
-)
-from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport, Usage
+from langchain_memalign.reports import AlignReport, CalibrationReport, UnalignReport
 from langchain_memalign.result import JudgeResult
-from langchain_memalign.rules import RejectedRule, Rule, Rulebook, RuleChange
 from langchain_memalign.scale import Scale
 
 if TYPE_CHECKING:
     from langchain_memalign.evaluation.report import AgreementReport
-    from langchain_memalign.langsmith.export import EvaluatorExport
 
 __all__ = [
-    "AgreementHistory",
     "AgreementReport",
-    "AgreementWindow",
     "AlignFailedError",
-    "AlignMarker",
     "AlignReport",
-    "CalibrationOptions",
     "CalibrationReport",
-    "CritiqueState",
-    "EmbeddingMismatchError",
-    "Episode",
-    "EvaluatorExport",
     "Feedback",
-    "Guideline",
     "InvalidFeedbackError",
-    "InvalidFeedbackIdError",
     "InvalidJudgeInputError",
-    "InvalidRuleError",
-    "JudgeConfig",
     "JudgeOptions",
     "JudgeResult",
-    "LimitExceededError",
     "MalformedOutputError",
     "MemAlignError",
     "MemAlignJudge",
     "MemoryBusyError",
     "MemoryFormatError",
-    "MemoryFullError",
-    "MemoryPermissionError",
-    "MemoryReadOnlyError",
-    "MemoryUnavailableError",
-    "PromptOptions",
-    "ReflectionError",
-    "ReflectionOptions",
-    "RejectedRule",
-    "RetrievalOptions",
-    "ReviewPoint",
-    "Rule",
-    "RuleChange",
-    "Rulebook",
     "Scale",
     "SelfCritique",
     "UnalignReport",
     "UnknownFeedbackError",
-    "UnknownRuleError",
-    "Usage",
-    "ValidationOptions",
 ]
 __version__ = "0.1.0"
 
@@ -115,8 +69,4 @@ def __getattr__(name: str) -> Any:
         from langchain_memalign.evaluation.report import AgreementReport
 
         return AgreementReport
-    if name == "EvaluatorExport":  # `to_langsmith_evaluator`'s report, likewise
-        from langchain_memalign.langsmith.export import EvaluatorExport
-
-        return EvaluatorExport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

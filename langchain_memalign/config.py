@@ -3,7 +3,7 @@
 `JudgeOptions` holds every option of a judge, nested by concern: `retrieval` (which
 past cases a judgment shows), `reflection` (how guidelines are distilled), `validation`
 (how new guidelines are checked), `calibration` (score calibration on integer scales) and
-`prompt` (how the judge prompt is laid out) and `checks` (learned rules asked as
+`prompt` (what the judge writes first) and `checks` (learned rules asked as
 questions about each case). `JudgeConfig` is what a memory stores: the
 judge's name, instructions, scale, `k` and its options.
 
@@ -11,6 +11,8 @@ Each option has one spelling, its place in the groups (`validation.mode`). Befor
 options were nested they were flat keys (`validate_guidelines`, `reflect_batch_size`, ...);
 given now, such a name is an error naming its nested spelling (`nested_names`). Only a
 configuration a memory stored flat before then is still read, by `upgrade_stored_config`.
+The alternatives the benchmarks ablate (`langchain_memalign._ablation`) are no options:
+`upgrade_stored_config` moves a stored one to that private hook.
 """
 
 from __future__ import annotations
@@ -18,10 +20,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from langchain_memalign import _ablation
 from langchain_memalign.scale import Scale
+
+# The option models; the helpers below are the package's own (loading, merging).
+__all__ = [
+    "CalibrationOptions",
+    "ChecksOptions",
+    "JudgeConfig",
+    "JudgeOptions",
+    "PromptOptions",
+    "ReflectionOptions",
+    "RetrievalOptions",
+    "ValidationOptions",
+]
 
 # The value (and default) of a similarity floor that is chosen by the judge's scale.
 AUTO: Literal["auto"] = "auto"
@@ -77,16 +100,6 @@ class RetrievalOptions(_Group):
     )  # fmt: skip
     episode_max_chars: int = Field(
         default=900, ge=100, description="Characters of one episode shown in a judge prompt."
-    )
-    show_other_answers: bool = Field(
-        default=True,
-        description="Experimental: False exists for a benchmark ablation and may change or "
-        "go (docs/decisions.md#other-answers-to-the-same-question). "
-        "Show past cases that have this case's inputs but other outputs "
-        '(another answer to the same question). With `embed="inputs"` they are retrieved '
-        "at similarity 1.0, as the case itself is, so no floor leaves them out; their "
-        "verdict belongs to another answer. False leaves them out of judgments and of "
-        "validation.",
     )
     reuse_expert_verdicts: bool = Field(
         default=True,
@@ -149,15 +162,6 @@ class ValidationOptions(_Group):
         "than it fixes: 'sources' checks each guideline's sources and the nearest seen cases "
         "of other scores, 'all' every seen case, 'off' nothing.",
     )
-    require_fix: bool = Field(
-        default=False,
-        description="Experimental: True exists for a benchmark ablation and may change or "
-        "go (docs/decisions.md#validation-keeps-a-tie). "
-        "Keep a checked guideline only if it fixes more seen verdicts than it "
-        "breaks. False (the default) keeps one that breaks no more than it fixes, a tie or "
-        "no change included: a correct rule the judge already follows fixes nothing and "
-        "stays.",
-    )
     max_calls: int = Field(
         default=16, ge=0, le=10_000,
         description="Most extra judge calls one align may spend on validation.",
@@ -183,34 +187,14 @@ class CalibrationOptions(_Group):
 
 
 class PromptOptions(_Group):
-    """How the judge prompt is laid out and what the judge writes first."""
+    """What the judge writes first."""
 
-    layout: Literal["turns", "checklist", "plain"] = Field(
-        default="turns",
-        description="How the working memory is laid out. 'turns': guidelines in the system "
-        "message, each past case a user turn answered by the expert's verdict. Experimental, "
-        "for benchmark ablations, and may change or go: 'checklist', a memory block before "
-        "the case, and the judge names the guidelines whose condition the case meets before "
-        "scoring; 'plain', the same block, a short rationale "
-        "(docs/decisions.md#the-working-memory-layout-turns-checklist-plain).",
-    )
     verdict_order: Literal["auto", "score_first", "rationale_first"] = Field(
         default="auto",
         description="Which the judge writes first, its score or its rationale. 'auto' "
         "(the default): the score first on numeric scales, where reasoning first drives a "
         "small judge to the ends of the scale; the rationale first on the others, where "
-        "the score first collapses the verdicts. The 'checklist' layout always reasons "
-        "first.",
-    )
-    pairwise_mode: Literal["separate", "both_orders", "one_order"] = Field(
-        default="separate",
-        description="Pairwise scales, how the two outputs are compared. 'separate': rate "
-        "each output alone from 1 to 10 and compare the ratings (equal is a tie), so no "
-        "output is ever shown first. Experimental, for benchmark ablations, and may change "
-        "or go: 'both_orders', judge them as given and swapped and reconcile (disagreement "
-        "is a tie); 'one_order', one call, as given. 'separate' is the default because a "
-        "judge that prefers whichever output it reads first ties nearly every case in "
-        "'both_orders' (docs/decisions.md#pairwise-each-output-rated-alone).",
+        "the score first collapses the verdicts.",
     )
 
 
@@ -276,6 +260,21 @@ class JudgeOptions(_Group):
     max_retries: int = Field(
         default=2, ge=0, le=10, description="Retries when a model returns malformed output."
     )
+    # The benchmarks' ablations (`langchain_memalign._ablation`): no field, so neither the
+    # schema, the dump nor a stored configuration has them; given under `_ablation`.
+    _ablation: _ablation.Ablation = PrivateAttr(default=_ablation.DEFAULT)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_ablation(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        ablation = None
+        if isinstance(data, Mapping) and _ablation.KEY in data:
+            ablation = _ablation.Ablation.model_validate(data[_ablation.KEY])
+            data = {k: v for k, v in data.items() if k != _ablation.KEY}
+        options = handler(data)
+        if ablation is not None:
+            options._ablation = ablation
+        return options
 
     @model_validator(mode="before")
     @classmethod
@@ -286,7 +285,8 @@ class JudgeOptions(_Group):
 
 
 # Each flat key a memory stored before the options were nested -> its place in
-# `JudgeOptions`. Read only from stored configurations (`upgrade_stored_config`); given
+# `JudgeOptions` (or in the ablation hook, `_ablation.KEY`, for an alternative that is no
+# option now). Read only from stored configurations (`upgrade_stored_config`); given
 # anywhere else, a flat key is an error naming its place (`nested_names`).
 _FLAT_NAMES: dict[str, tuple[str, ...]] = {
     "min_episode_similarity": ("retrieval", "min_similarity"),
@@ -294,7 +294,7 @@ _FLAT_NAMES: dict[str, tuple[str, ...]] = {
     "embed": ("retrieval", "embed"),
     "embed_max_chars": ("retrieval", "embed_max_chars"),
     "episode_max_chars": ("retrieval", "episode_max_chars"),
-    "show_other_answers": ("retrieval", "show_other_answers"),
+    "show_other_answers": (_ablation.KEY, "show_other_answers"),
     "reuse_expert_verdicts": ("retrieval", "reuse_expert_verdicts"),
     "hnsw_threshold": ("retrieval", "hnsw_threshold"),
     "hnsw_ef_search": ("retrieval", "hnsw_ef_search"),
@@ -304,13 +304,13 @@ _FLAT_NAMES: dict[str, tuple[str, ...]] = {
     "source_support": ("reflection", "source_support"),
     "guideline_token_budget": ("reflection", "guideline_token_budget"),
     "validate_guidelines": ("validation", "mode"),
-    "validate_require_fix": ("validation", "require_fix"),
+    "validate_require_fix": (_ablation.KEY, "require_fix"),
     "validate_max_calls": ("validation", "max_calls"),
     "calibrate_scores": ("calibration", "enabled"),
     "calibrate_max_calls": ("calibration", "max_calls"),
-    "judge_prompt": ("prompt", "layout"),
+    "judge_prompt": (_ablation.KEY, "layout"),
     "verdict_order": ("prompt", "verdict_order"),
-    "pairwise_mode": ("prompt", "pairwise_mode"),
+    "pairwise_mode": (_ablation.KEY, "pairwise_mode"),
     "max_retries": ("max_retries",),
 }
 # Memories saved before `pairwise_mode` stored `pairwise_both_orders: bool`.
@@ -328,12 +328,11 @@ def nested_names(key: str) -> tuple[str, ...]:
 
     A flat name of earlier versions (`validate_guidelines` -> `validation.mode`), or a
     field of one or more groups (`mode` -> `reflection.mode`, `validation.mode`, ...);
-    `()` for a name that is no option.
+    `()` for a name that is no option (an ablation's among them: `judge_prompt`).
     """
-    if key == _PAIRWISE_FLAG:
-        return ("prompt.pairwise_mode",)
     if key in _FLAT_NAMES:
-        return (".".join(_FLAT_NAMES[key]),)
+        path = _FLAT_NAMES[key]
+        return () if path[0] == _ablation.KEY else (".".join(path),)
     return tuple(f"{group}.{key}" for group, model in _GROUPS.items() if key in model.model_fields)
 
 
@@ -357,19 +356,26 @@ def _refuse_misplaced(data: Mapping[str, Any], *, fields: Mapping[str, Any], pre
                 + " or ".join(prefix + place for place in places)
                 + "?"
             )
+        elif key not in fields and (
+            key == _PAIRWISE_FLAG or _FLAT_NAMES.get(key, ("",))[0] == _ablation.KEY
+        ):
+            # a benchmarks' ablation that was an option (`judge_prompt`): named, not ignored
+            problems.append(f"unknown option {key!r}: no longer an option")
     if problems:
         # One error for all: a caller who wrote several flat names fixes them at once.
         raise PydanticCustomError("misplaced_option", " ".join(problems))
 
 
 def upgrade_stored_config(data: Any) -> Any:
-    """A configuration stored by a memory, with the flat keys of earlier versions nested.
+    """A configuration stored by a memory, in the shape `JudgeConfig` reads now.
 
     Memories written before the options were nested stored them flat
     (`"validate_guidelines": "sources"`, `"pairwise_both_orders": false`); each goes to its
-    place in `options`, over a nested value there (so that it is checked as it is read). A
-    configuration with no flat key, or that is not a mapping, is returned as it is, for the
-    caller to check.
+    place in `options`, over a nested value there (so that it is checked as it is read).
+    Memories written while the benchmarks' ablations were options stored them in their
+    groups (`"prompt": {"layout": "turns", ...}`); each goes to the ablation hook
+    (`options._ablation`), where the judge reads it. A configuration with neither, or that
+    is not a mapping, is returned as it is, for the caller to check.
     """
     if not isinstance(data, Mapping):
         return data
@@ -378,14 +384,23 @@ def upgrade_stored_config(data: Any) -> Any:
         for k, v in data.items()
         if k == _PAIRWISE_FLAG or (k in _FLAT_NAMES and (k != "reflection" or isinstance(v, str)))
     }
-    if not flat:
-        return dict(data)
     out = {k: v for k, v in data.items() if k not in flat}
     stored = out.get("options")
     options = dict(stored) if isinstance(stored, Mapping) else {}
+    moved = False
+    for place, field in _ablation.PLACES.items():
+        group, _, name = place.partition(".")
+        current = options.get(group)
+        if isinstance(current, Mapping) and name in current:
+            options[group] = {k: v for k, v in current.items() if k != name}
+            options[_ablation.KEY] = {**options.get(_ablation.KEY, {}), field: current[name]}
+            moved = True
+    if not flat and not moved:
+        return dict(data)
     for key, value in flat.items():
         if key == _PAIRWISE_FLAG:
-            group, field, value = "prompt", "pairwise_mode", "both_orders" if value else "one_order"
+            group, field = _ablation.KEY, "pairwise_mode"
+            value = "both_orders" if value else "one_order"
         elif len(path := _FLAT_NAMES[key]) == 1:
             options[path[0]] = value
             continue
@@ -410,7 +425,7 @@ def merge_options(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[
     """`override` over `base`, group by group: a group given replaces only its fields given."""
     out = dict(base)
     for key, value in override.items():
-        if key in _GROUPS and isinstance(value, Mapping):
+        if (key in _GROUPS or key == _ablation.KEY) and isinstance(value, Mapping):
             _group(out, key).update(value)
         else:
             out[key] = value
@@ -422,7 +437,10 @@ def options_mapping(options: BaseModel | Mapping[str, Any] | None) -> dict[str, 
     if options is None:
         return {}
     if isinstance(options, BaseModel):
-        return options.model_dump(exclude_unset=True)
+        out = options.model_dump(exclude_unset=True)
+        if isinstance(options, JudgeOptions) and options._ablation != _ablation.DEFAULT:
+            out[_ablation.KEY] = options._ablation.model_dump(exclude_defaults=True)
+        return out
     return dict(options)
 
 
@@ -469,7 +487,7 @@ class JudgeConfig(BaseModel):
         """Whether the judge is asked for its score before its rationale (`verdict_order`)."""
         prompt = self.options.prompt
         # The checklist prompt is a reasoning step before the score: it stays rationale-first.
-        if prompt.layout == "checklist":
+        if self.options._ablation.layout == "checklist":
             return False
         if prompt.verdict_order == "auto":
             return self.scale.kind == "numeric"

@@ -8,6 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = [
+    "AlignFailedError",
+    "EmbeddingMismatchError",
+    "FeedbackConfigMismatchError",
+    "InvalidFeedbackError",
+    "InvalidFeedbackIdError",
+    "InvalidJudgeInputError",
+    "InvalidRuleError",
+    "LimitExceededError",
+    "MalformedOutputError",
+    "MemAlignError",
+    "MemoryBusyError",
+    "MemoryFormatError",
+    "MemoryFullError",
+    "MemoryPermissionError",
+    "MemoryReadOnlyError",
+    "MemoryUnavailableError",
+    "ReflectionError",
+    "UnknownFeedbackError",
+    "UnknownRuleError",
+]
+
 
 class MemAlignError(Exception):
     """Base class of all langchain-memalign errors."""

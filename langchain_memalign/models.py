@@ -8,6 +8,9 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
+# Public: building models; the rest resolves specs and fingerprints for the judge.
+__all__ = ["openai_compatible", "resolve_chat_model", "resolve_embeddings"]
+
 
 def _with_provider(spec: str) -> str:
     # A bare model name is an OpenAI model, as it always was here; init_embeddings

@@ -7,6 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+__all__ = [
+    "AlignReport",
+    "CalibrationReport",
+    "CheckReport",
+    "GuidelineCheck",
+    "RejectedGuideline",
+    "UnalignReport",
+    "Usage",
+]
+
 
 class Usage(BaseModel):
     """Model calls and tokens spent: the cost of an operation."""

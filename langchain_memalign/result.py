@@ -24,6 +24,8 @@ from typing import Any, NotRequired, TypedDict
 
 from langchain_memalign.scale import Scale
 
+__all__ = ["JudgeResult", "label_of"]
+
 
 class JudgeResult(TypedDict):
     """A judgment: the judge's key, its score, the rationale and what it was based on."""

@@ -47,7 +47,7 @@ from langchain_memalign.memory.rulebook import (
 )
 from langchain_memalign.memory.semantic import Guideline, new_guideline_id
 
-__all__ = ["RejectedRule", "Rule", "RuleChange", "Rulebook", "rules_in_store"]
+__all__ = ["RejectedRule", "Rule", "RuleChange", "Rulebook"]
 
 
 def rules_in_store(store: Store) -> list[Rule]:

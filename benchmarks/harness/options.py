@@ -2,11 +2,13 @@
 
 `--judge-option NAME=VALUE`, `--ablation NAME:OPT=VAL;...`, the `ABLATIONS` table of
 `quality.py` and the variants of `judge_options.py` name each option by its dotted place in
-`JudgeOptions` (`validation.mode=off`, `prompt.layout=plain`), beside `k` and `max_retries`.
+`JudgeOptions` (`validation.mode=off`), beside `k` and `max_retries`; an ablation that is no
+option is named by the place it had (`prompt.layout=plain`, `_ablation.PLACES`).
 `judge_kwargs` turns such mappings into the keywords of `MemAlignJudge(...)` and
-`MemAlignJudge.load(...)`: `k` stays a keyword, every other name goes into `options`. A
-name that is no option, or the flat name of earlier versions (`validate_guidelines`), is
-the judge's own options error, naming it and, for a flat name, its place.
+`MemAlignJudge.load(...)`: `k` stays a keyword, an ablation goes to the judge's private
+hook (`options["_ablation"]`), every other name into `options`. A name that is no option,
+or the flat name of earlier versions (`validate_guidelines`), is the judge's own options
+error, naming it and, for a flat name, its place.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from langchain_memalign import _ablation
 from langchain_memalign.config import merge_options
 
 # Options that are keywords of the constructor themselves.
@@ -29,7 +32,10 @@ def judge_kwargs(*mappings: Mapping[str, Any]) -> dict[str, Any]:
             if key in KEYWORDS:
                 out[key] = value
                 continue
-            group, dot, field = key.partition(".")
+            if key in _ablation.PLACES:
+                group, field, dot = _ablation.KEY, _ablation.PLACES[key], "."
+            else:
+                group, dot, field = key.partition(".")
             options = merge_options(options, {group: {field: value}} if dot else {key: value})
     if options:
         out["options"] = options
@@ -39,7 +45,8 @@ def judge_kwargs(*mappings: Mapping[str, Any]) -> dict[str, Any]:
 def option_value(options: Mapping[str, Any], name: str, default: Any = None) -> Any:
     """One option of `options` (dotted names) by its dotted name, else `default`."""
     value: Any = judge_kwargs(options).get("options", {})
-    for part in name.split("."):
+    path = (_ablation.KEY, _ablation.PLACES[name]) if name in _ablation.PLACES else name.split(".")
+    for part in path:
         if not isinstance(value, Mapping) or part not in value:
             return default
         value = value[part]

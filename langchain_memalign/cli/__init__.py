@@ -8,14 +8,16 @@ Models come from the file (`model`, `embeddings`, optionally `base_url` and
 `embeddings_base_url` for OpenAI-compatible servers). To use other models
 (tests, custom clients), give a factory: `main(argv, models=factory)` in
 process, or `--models package.module:factory` / `MEMALIGN_MODELS` on the
-command line. A factory takes the `JudgeFile` (`langchain_memalign.cli.judge_file`)
-and returns `Models` (or a `(chat_model, embeddings)` tuple).
+command line. A factory (`ModelFactory`) takes the `JudgeFile` and returns `Models`
+(or a `(chat_model, embeddings)` tuple).
 
-Modules: `judge_file` (the judge file, its models, exit codes), `io` (input
-files and output), `progress`, `context`, `commands` (create, align, judge,
-unalign), `show`, `measure` (evaluate, curve), `parser` and `app` (`main`).
+Public (`__all__`): `main` and that factory's contract (`JudgeFile`, `Models`,
+`ModelFactory`). The modules are internal: `judge_file` (the judge file, its models,
+exit codes), `io` (input files and output), `progress`, `context`, `commands` (create,
+align, judge, unalign), `show`, `measure` (evaluate, curve), `parser` and `app` (`main`).
 """
 
 from langchain_memalign.cli.app import main
+from langchain_memalign.cli.judge_file import JudgeFile, ModelFactory, Models
 
-__all__ = ["main"]
+__all__ = ["JudgeFile", "ModelFactory", "Models", "main"]

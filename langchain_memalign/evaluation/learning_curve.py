@@ -50,6 +50,15 @@ from langchain_memalign.feedback import Feedback
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import Scale
 
+__all__ = [
+    "DEFAULT_SHARDS",
+    "AlignableJudge",
+    "LearningCurve",
+    "StageResult",
+    "learning_curve",
+    "split_train_test",
+]
+
 DEFAULT_SHARDS = (0, 2, 5, 10, 20, 50)
 
 

@@ -24,6 +24,18 @@ from typing import Any, Literal
 
 import numpy as np
 
+__all__ = [
+    "accuracy",
+    "ccc",
+    "cohen_kappa",
+    "confusion_matrix",
+    "fleiss_kappa",
+    "krippendorff_alpha",
+    "label_order",
+    "mae",
+    "pairwise_agreement",
+]
+
 KappaWeights = Literal["linear", "quadratic"]
 AlphaLevel = Literal["nominal", "ordinal", "interval"]
 

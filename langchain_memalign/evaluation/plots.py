@@ -16,6 +16,8 @@ from typing import Any
 from langchain_memalign.evaluation.learning_curve import LearningCurve, StageResult
 from langchain_memalign.prequential import AgreementHistory
 
+__all__ = ["plot_agreement_history", "plot_curves"]
+
 INSTALL_HINT = 'pip install "langchain-memalign[plot]"'
 # Past this many aligns their labels would overlap: the lines stay, the legend names them.
 _LABELLED_ALIGNS = 12

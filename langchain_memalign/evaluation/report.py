@@ -10,6 +10,14 @@ from langchain_memalign.evaluation.metrics import AlphaLevel
 from langchain_memalign.reports import Usage
 from langchain_memalign.scale import Scale
 
+__all__ = [
+    "AgreementReport",
+    "CaseResult",
+    "ConfusionMatrix",
+    "Disagreement",
+    "InterAnnotatorAgreement",
+]
+
 
 class CaseResult(BaseModel):
     """One case: the human label and the judge's."""

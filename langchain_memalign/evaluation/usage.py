@@ -13,6 +13,8 @@ from langchain_core.runnables.config import ensure_config
 
 from langchain_memalign.reports import Usage
 
+__all__ = ["UsageCallbackHandler", "with_callback"]
+
 
 class UsageCallbackHandler(BaseCallbackHandler):
     """Counts LLM calls and tokens of everything run with it as a callback.

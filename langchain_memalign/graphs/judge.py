@@ -25,6 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from langchain_memalign import _ablation
 from langchain_memalign._text import render, tidy_rationale
 from langchain_memalign.graphs._weak import weak_runnable
 from langchain_memalign.graphs.checks import CheckAsker, CheckOutcome, check_comment
@@ -193,7 +194,7 @@ class JudgeNodes:
         cfg = self.memory.config
         return judge_messages(
             cfg.instructions, cfg.scale, case, guidelines, episodes,
-            cfg.options.retrieval.episode_max_chars, cfg.options.prompt.layout,
+            cfg.options.retrieval.episode_max_chars, _ablation.of(cfg).layout,
             score_first=cfg.score_first,
         )  # fmt: skip
 
@@ -204,10 +205,10 @@ class JudgeNodes:
 
         One call, except for a pairwise case whose two outputs can be told apart: then
         the case as given and swapped (`"both_orders"`), or each output alone
-        (`"separate"`), as `options.prompt.pairwise_mode` says.
+        (`"separate"`, the default; the others are ablations, `langchain_memalign._ablation`).
         """
         cfg = self.memory.config
-        mode = cfg.options.prompt.pairwise_mode if cfg.scale.kind == "pairwise" else "one_order"
+        mode = _ablation.of(cfg).pairwise_mode if cfg.scale.kind == "pairwise" else "one_order"
         if mode == "separate" and self.rating is not None:
             pair = split_outputs(case.get("outputs"))
             if pair is not None:

@@ -6,7 +6,7 @@ new guideline could affect (its sources, the nearest seen cases with other score
 the nearest other non-sources, or every seen case) are graded twice with the memory as
 it now is, expert-verdict reuse off and each case's own episode left out of its
 retrieval: once without the new guidelines and once with them. A guideline that breaks
-more expert verdicts than it fixes (with `ValidationOptions.require_fix`, one that
+more expert verdicts than it fixes (in the `require_fix` ablation, `_ablation`, one that
 does not fix more than it breaks) is narrowed once by the reflection model and checked
 again, or dropped. Its breaks are graded a second time first, and one that does not
 happen again is not counted (`_unconfirmed`).
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
+from langchain_memalign import _ablation
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs import direction
@@ -165,6 +166,7 @@ class GuidelineValidator:
         """Check new guidelines on seen cases; commit drops and narrowings; report each."""
         mem = self.memory
         opts = mem.config.options.validation
+        require_fix = _ablation.of(mem.config).require_fix
         budget = opts.max_calls
         current = {g.id: g for g in mem.guidelines}
         # A rule an expert added, edited or pinned is not the model's to narrow or drop.
@@ -188,7 +190,7 @@ class GuidelineValidator:
         effects = {g.id: _effect(checked_of[g.id], before, after) for g in new}
         # Breaks that would reject a guideline are graded once more before they count.
         rejecting = [
-            c for g in new if _rejects(*effects[g.id], opts.require_fix)
+            c for g in new if _rejects(*effects[g.id], require_fix)
             for c in effects[g.id][1]
         ]  # fmt: skip
         to_confirm = [feedback[c] for c in dict.fromkeys(rejecting)][: budget // 2]
@@ -209,7 +211,7 @@ class GuidelineValidator:
                 guideline_id=g.id, text=g.text, cases=checked, fixed=fixed, broken=broken,
                 unconfirmed=[c for c in first_broken if c in unconfirmed], action="kept",
             )  # fmt: skip
-            if _rejects(fixed, broken, opts.require_fix):
+            if _rejects(fixed, broken, require_fix):
                 check.action = "dropped"
                 # Narrowing spares broken cases; with none broken (a guideline that only
                 # fixed nothing) there is nothing to narrow it away from.
@@ -287,7 +289,7 @@ class GuidelineValidator:
         again, u = self._grade(cases, {g.id: candidate}, config)
         usage = usage + u
         fixed, broken_now = _effect([c for c in again if c in before], before, again)
-        rejected = _rejects(fixed, broken_now, cfg.options.validation.require_fix)
+        rejected = _rejects(fixed, broken_now, _ablation.of(cfg).require_fix)
         return (None if rejected else candidate), usage
 
     def _commit(self, dropped: list[str], narrowed: list[Guideline], usage: Usage) -> None:

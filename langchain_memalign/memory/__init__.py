@@ -8,4 +8,12 @@
 - `semantic`: guidelines and their selection within a token budget;
 - `episodic`: past cases and their FAISS index;
 - `judge_memory`: both memories over one store, as the graphs read and write them.
+
+Those modules are internal. Public (`__all__`): the memory records, `Guideline` (what
+`MemAlignJudge.guidelines` lists) and `Episode` (a past case).
 """
+
+from langchain_memalign.memory.episodic import Episode
+from langchain_memalign.memory.semantic import Guideline
+
+__all__ = ["Episode", "Guideline"]

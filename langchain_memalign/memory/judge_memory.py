@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from langchain_memalign import _ablation
 from langchain_memalign._text import render, stable_hash, truncate
 from langchain_memalign.config import JudgeConfig, config_with_overrides, upgrade_stored_config
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryBusyError, MemoryFormatError
@@ -414,12 +415,12 @@ class JudgeMemory(PublishingMemory):
         Those below their similarity floor (`options.retrieval.min_similarity`, or
         `min_similarity_with_rationale` for those with a rationale) are left out;
         `floors=False` returns the `k` nearest. `case`: the (inputs, outputs) being
-        judged; with `show_other_answers=False`, past cases with its inputs and other
-        outputs are left out too.
+        judged; in the `show_other_answers=False` ablation (`_ablation`), past cases with
+        its inputs and other outputs are left out too.
         """
         view = view or self._view
         k = self.config.k if k is None else k
-        show_other_answers = self.config.options.retrieval.show_other_answers
+        show_other_answers = _ablation.of(self.config).show_other_answers
         if query_vector is None or k <= 0:
             return []
         hits = view.index.search(query_vector, k)

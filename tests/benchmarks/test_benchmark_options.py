@@ -21,6 +21,7 @@ from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 from harness.options import judge_kwargs, option_value
 
 from langchain_memalign import JudgeOptions, MemAlignJudge
+from langchain_memalign import _ablation as ablation_hook
 
 MODELS = (ScriptedChatModel(responder=RoleResponder()), None, HashEmbeddings())
 
@@ -35,7 +36,8 @@ def test_dotted_names_become_keywords_and_nested_options() -> None:
         "k": 0,
         "options": {
             "retrieval": {"reuse_expert_verdicts": False},
-            "prompt": {"layout": "checklist"},
+            # an ablation, no option: the judge's private hook
+            "_ablation": {"layout": "checklist"},
             "validation": {"mode": "off", "max_calls": 3},
             "max_retries": 1,
             "reflection": {"mode": "pairs"},
@@ -43,23 +45,27 @@ def test_dotted_names_become_keywords_and_nested_options() -> None:
     }
     assert judge_kwargs({}) == {}
     assert option_value({"validation.require_fix": True}, "validation.require_fix") is True
-    assert option_value({"validation": {"require_fix": True}}, "validation.require_fix") is True
+    assert option_value({"_ablation": {"require_fix": True}}, "validation.require_fix") is True
     assert option_value({}, "validation.require_fix", False) is False
     with pytest.raises(ValidationError, match="prompt.layot"):
         JudgeOptions.model_validate(judge_kwargs({"prompt.layot": "plain"})["options"])
 
 
 @pytest.mark.parametrize(
-    ("name", "place"),
-    [("validate_guidelines", "validation.mode"), ("judge_prompt", "prompt.layout")],
+    ("name", "error"),
+    [
+        ("validate_guidelines", r"'validate_guidelines'; did you mean validation.mode\?"),
+        # the flat name of an ablation names no place: the ablation is no option
+        ("judge_prompt", r"unknown option 'judge_prompt': no longer an option"),
+    ],
 )
 def test_a_flat_name_on_a_command_line_is_the_judge_error_naming_its_place(
-    name: str, place: str
+    name: str, error: str
 ) -> None:
     ap: Any = SimpleNamespace(error=pytest.fail)
     args = SimpleNamespace(judge_options=dict([rules._option(f"{name}=off", ap)]))
     domain = SimpleNamespace(name="d", criterion="{inputs} {outputs}")
-    with pytest.raises(ValidationError, match=rf"'{name}'; did you mean {place}\?"):
+    with pytest.raises(ValidationError, match=error):
         rules.Bench(args, MODELS).new_judge(domain, {})  # type: ignore[arg-type]
 
 
@@ -77,8 +83,11 @@ def test_every_quality_ablation_is_a_valid_judge(name: str) -> None:
     ablation = quality.ABLATIONS[name]
     (key, value), *_ = ablation.items()
     assert option_value(ablation, key) == value
-    group, field = key.split(".")
-    assert getattr(getattr(options, group), field) == value  # reached the judge
+    if key in ablation_hook.PLACES:  # reached the judge's private hook
+        assert getattr(ablation_hook.of(judge.config), ablation_hook.PLACES[key]) == value
+    else:  # reached the judge
+        group, field = key.split(".")
+        assert getattr(getattr(options, group), field) == value
     judge.close()
 
 
@@ -90,8 +99,9 @@ def test_a_rules_ablation_command_line_reaches_the_judge() -> None:
     judge = rules.Bench(args, MODELS).new_judge(domain, opts)  # type: ignore[arg-type]
     assert name == "plain" and judge.config.k == 2
     options = judge.config.options
-    assert options.prompt.layout == "plain" and options.reflection.mode == "pairs"
-    assert options.validation.require_fix is True
+    ablation = ablation_hook.of(judge.config)
+    assert ablation.layout == "plain" and options.reflection.mode == "pairs"
+    assert ablation.require_fix is True
     assert options.retrieval.reuse_expert_verdicts is False
     judge.close()
 
@@ -112,7 +122,7 @@ def test_scenario_options_json_reaches_the_judge(monkeypatch: pytest.MonkeyPatch
     )  # fmt: skip
     scenario.make_judge(args)  # type: ignore[arg-type]
     options = JudgeOptions.model_validate(made["options"])
-    assert options.validation.require_fix is True and options.retrieval.min_similarity == 0.5
+    assert options._ablation.require_fix is True and options.retrieval.min_similarity == 0.5
     assert options.retrieval.reuse_expert_verdicts is False and made["k"] == 5
     assert option_value(scenario.judge_options(args), "validation.require_fix") is True  # type: ignore[arg-type]
 

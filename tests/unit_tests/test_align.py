@@ -7,12 +7,8 @@ from typing import Any
 import pytest
 from conftest import HOURS, RUDE, SWEATER, fb
 
-from langchain_memalign import (
-    Feedback,
-    InvalidFeedbackError,
-    ReflectionError,
-    UnknownFeedbackError,
-)
+from langchain_memalign import Feedback, InvalidFeedbackError, UnknownFeedbackError
+from langchain_memalign.errors import ReflectionError
 
 
 def test_align_reports_and_provenance(make_judge: Any, embeddings: Any) -> None:

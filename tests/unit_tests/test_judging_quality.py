@@ -12,7 +12,8 @@ import pytest
 from conftest import fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
-from langchain_memalign import MemAlignJudge
+from langchain_memalign import MemAlignJudge, _ablation
+from langchain_memalign._ablation import Ablation
 from langchain_memalign._text import fair_shares, render_within, tidy_rationale, truncate_middle
 from langchain_memalign.config import JudgeConfig, upgrade_stored_config
 from langchain_memalign.graphs.judge import split_outputs, swap_outputs
@@ -52,7 +53,7 @@ def test_pairwise_judges_both_orders(
     )
     model = ScriptedChatModel(responder=responder)
     judge = make_judge(
-        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "both_orders"}}
+        model=model, scale="pairwise", options={"_ablation": {"pairwise_mode": "both_orders"}}
     )
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
     assert out["value"] == expected
@@ -60,7 +61,7 @@ def test_pairwise_judges_both_orders(
     assert len(model.calls) == 2
     # turned off: one call, the model's first-order verdict
     model.calls.clear()
-    judge.memory.config.options.prompt.pairwise_mode = "one_order"
+    judge.memory.config.options._ablation = Ablation(pairwise_mode="one_order")
     out = judge.invoke({"inputs": "Q", "outputs": {"response_1": "bad", "response_2": "good"}})
     assert len(model.calls) == 1 and "position_consistent" not in out["metadata"]
 
@@ -70,7 +71,7 @@ async def test_pairwise_both_orders_async(make_judge: Any) -> None:
     judge = make_judge(
         model=ScriptedChatModel(responder=responder),
         scale="pairwise",
-        options={"prompt": {"pairwise_mode": "both_orders"}},
+        options={"_ablation": {"pairwise_mode": "both_orders"}},
     )
     out = await judge.ainvoke({"inputs": "Q", "outputs": ["one", "two"]})
     assert out["value"] == "tie" and out["metadata"]["pairwise_orders"] == ["A", "B"]
@@ -96,9 +97,7 @@ def test_pairwise_separate_rates_each_output_alone(
     make_judge: Any, outputs: Any, expected: str, ratings: list[int]
 ) -> None:
     model = ScriptedChatModel(responder=RoleResponder(judge_rule=rate_alone))
-    judge = make_judge(
-        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "separate"}}
-    )
+    judge = make_judge(model=model, scale="pairwise")
     out = judge.invoke({"inputs": "Q", "outputs": outputs})
     assert out["value"] == expected
     assert out["metadata"]["pairwise_ratings"] == ratings
@@ -111,7 +110,6 @@ async def test_pairwise_separate_async_and_unsplittable_outputs(make_judge: Any)
     judge = make_judge(
         model=ScriptedChatModel(responder=responder),
         scale="pairwise",
-        options={"prompt": {"pairwise_mode": "separate"}},
     )
     out = await judge.ainvoke({"inputs": "Q", "outputs": {"x": "good", "y": "bad"}})
     assert out["value"] == "A" and out["metadata"]["pairwise_ratings"] == [8, 3]
@@ -132,9 +130,7 @@ def test_pairwise_separate_shows_past_comparisons_and_guidelines(make_judge: Any
         return {"rationale": "r", "score": 6}
 
     model = ScriptedChatModel(responder=RoleResponder(judge_rule=rule))
-    judge = make_judge(
-        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "separate"}}
-    )
+    judge = make_judge(model=model, scale="pairwise")
     past = fb("p1", "Shorten: the meeting", {"response_1": "short", "response_2": "long"}, "A",
               "The shorter rewrite keeps the meaning.")  # fmt: skip
     judge.align([past])
@@ -158,9 +154,7 @@ def test_pairwise_separate_rating_out_of_range_is_retried(make_judge: Any) -> No
             judge_rule=lambda case, memory: {"rationale": "r", "score": next(answers)}
         )
     )
-    judge = make_judge(
-        model=model, scale="pairwise", options={"prompt": {"pairwise_mode": "separate"}}
-    )
+    judge = make_judge(model=model, scale="pairwise")
     out = judge.invoke({"inputs": "Q", "outputs": ["one", "two"]})
     assert out["metadata"]["pairwise_ratings"] == [7, 2] and out["value"] == "A"
     assert len(model.calls) == 3  # the 11 was refused and asked again
@@ -174,15 +168,15 @@ def test_split_outputs_and_the_legacy_pairwise_flag() -> None:
     base = {"name": "p", "instructions": "{outputs}", "scale": "pairwise"}
 
     def mode(**kw: Any) -> str:
-        return JudgeConfig(**upgrade_stored_config({**base, **kw})).options.prompt.pairwise_mode
+        return _ablation.of(JudgeConfig(**upgrade_stored_config({**base, **kw}))).pairwise_mode
 
     assert mode(pairwise_both_orders=False) == "one_order"
     assert mode(pairwise_both_orders=True) == "both_orders"
     assert mode() == "separate"
-    with pytest.raises(ValueError, match="did you mean options.prompt.pairwise_mode"):
+    with pytest.raises(ValueError, match="'pairwise_both_orders': no longer an option"):
         JudgeConfig(**base, pairwise_both_orders=True)  # given, not stored: refused
-    with pytest.raises(ValueError, match="pairwise_mode"):
-        JudgeConfig(**base, options={"prompt": {"pairwise_mode": "sideways"}})
+    with pytest.raises(ValueError, match="pairwise_mode"):  # an ablation, no option
+        JudgeConfig(**base, options={"prompt": {"pairwise_mode": "both_orders"}})
 
 
 def test_a_memory_saved_with_the_old_pairwise_flag_reopens_with_its_meaning(
@@ -192,11 +186,10 @@ def test_a_memory_saved_with_the_old_pairwise_flag_reopens_with_its_meaning(
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
         config = json.loads(raw)
-        del config["options"]["prompt"]["pairwise_mode"]
         config["pairwise_both_orders"] = False  # how memories stored it before pairwise_mode
         conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(config),))
     judge = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
-    assert judge.memory.config.options.prompt.pairwise_mode == "one_order"
+    assert _ablation.of(judge.memory.config).pairwise_mode == "one_order"
     judge.close()
 
 

@@ -20,13 +20,12 @@ from conftest import HOURS, RUDE, SWEATER
 from fakes import HashEmbeddings
 
 from langchain_memalign import (
-    EmbeddingMismatchError,
-    InvalidFeedbackIdError,
     InvalidJudgeInputError,
     MemAlignJudge,
     MemoryFormatError,
     UnknownFeedbackError,
 )
+from langchain_memalign.errors import EmbeddingMismatchError, InvalidFeedbackIdError
 from langchain_memalign.memory.store import DB_FILE
 
 CASE = {"inputs": "My sweater looks different, I'm disappointed.", "outputs": "Colors vary."}

@@ -17,14 +17,16 @@ from conftest import HOURS, INSTRUCTIONS, SWEATER
 from fakes import HashEmbeddings
 from pydantic import ValidationError
 
-from langchain_memalign import (
+from langchain_memalign import JudgeOptions, MemAlignJudge, _ablation
+from langchain_memalign._ablation import Ablation
+from langchain_memalign.config import (
     JudgeConfig,
-    JudgeOptions,
-    MemAlignJudge,
     PromptOptions,
     ValidationOptions,
+    merge_options,
+    nested_names,
+    upgrade_stored_config,
 )
-from langchain_memalign.config import merge_options, nested_names, upgrade_stored_config
 from langchain_memalign.memory.store import DB_FILE
 
 # `JudgeConfig(name=..., instructions=..., scale=bool).model_dump_json()` as the flat
@@ -63,23 +65,25 @@ OLD_NAMES: dict[str, tuple[str, ...]] = {
     **{
         name: ("retrieval", name)
         for name in (
-            "embed", "embed_max_chars", "episode_max_chars", "show_other_answers",
+            "embed", "embed_max_chars", "episode_max_chars",
             "reuse_expert_verdicts", "hnsw_threshold", "hnsw_ef_search",
         )
     },
+    # the benchmarks' ablations, options then: the private hook now (`_ablation`)
+    "show_other_answers": ("_ablation", "show_other_answers"),
     "reflection": ("reflection", "mode"),
     "reflect_batch_size": ("reflection", "batch_size"),
     "reflect_contrast": ("reflection", "contrast"),
     "source_support": ("reflection", "source_support"),
     "guideline_token_budget": ("reflection", "guideline_token_budget"),
     "validate_guidelines": ("validation", "mode"),
-    "validate_require_fix": ("validation", "require_fix"),
+    "validate_require_fix": ("_ablation", "require_fix"),
     "validate_max_calls": ("validation", "max_calls"),
     "calibrate_scores": ("calibration", "enabled"),
     "calibrate_max_calls": ("calibration", "max_calls"),
-    "judge_prompt": ("prompt", "layout"),
+    "judge_prompt": ("_ablation", "layout"),
     "verdict_order": ("prompt", "verdict_order"),
-    "pairwise_mode": ("prompt", "pairwise_mode"),
+    "pairwise_mode": ("_ablation", "pairwise_mode"),
     "max_retries": ("max_retries",),
 }  # fmt: skip
 
@@ -87,6 +91,7 @@ OLD_NAMES: dict[str, tuple[str, ...]] = {
 def flat(config: JudgeConfig) -> dict[str, Any]:
     """A nested configuration written with the flat names of the previous version."""
     dumped = config.model_dump(mode="json")
+    dumped["options"]["_ablation"] = _ablation.of(config).model_dump(mode="json")
     out = {k: dumped[k] for k in TOP}
     for name, path in OLD_NAMES.items():
         value: Any = dumped["options"]
@@ -105,7 +110,8 @@ def test_every_old_flat_name_had_a_place_and_every_option_then_a_flat_name() -> 
         if group not in ("max_retries", "checks")
         for field in info.annotation.model_fields  # type: ignore[union-attr]
     }
-    assert places == nested | {("max_retries",)}
+    ablations = {("_ablation", field) for field in Ablation.model_fields}
+    assert places == nested | {("max_retries",)} | ablations
     assert set(OLD_NAMES) == set(FLAT_BOOL) - set(TOP)
 
 
@@ -115,6 +121,17 @@ def test_a_flat_name_is_an_error_naming_its_place(
 ) -> None:
     place = ".".join(OLD_NAMES[name])
     value = FLAT_BOOL[name]
+    if OLD_NAMES[name][0] == "_ablation":  # no option now: named, with no place
+        assert nested_names(name) == ()
+        no_option = rf"'{name}': no longer an option"
+        with pytest.raises(ValidationError, match=no_option):
+            MemAlignJudge("h", INSTRUCTIONS, model, embeddings, options={name: value})
+        with pytest.raises(ValidationError, match=no_option):
+            JudgeConfig(name="h", instructions=INSTRUCTIONS, scale=bool, **{name: value})
+        MemAlignJudge("h", INSTRUCTIONS, model, embeddings, path=tmp_path).close()
+        with pytest.raises(ValidationError, match=no_option):
+            MemAlignJudge.load(tmp_path, model, embeddings, **{name: value})
+        return
     assert nested_names(name) == (place,)
     if name == "max_retries":  # a field of `JudgeOptions` itself: wrong only outside it
         assert JudgeOptions.model_validate({name: value}).max_retries == value
@@ -147,7 +164,7 @@ def test_a_misplaced_name_names_every_place_it_may_belong() -> None:
         in message
     )
     assert "unknown option 'settle'; did you mean checks.settle?" in message
-    assert nested_names("pairwise_both_orders") == ("prompt.pairwise_mode",)
+    assert nested_names("pairwise_both_orders") == ()  # an ablation's: no place
     assert nested_names("colour") == ()
 
 
@@ -163,15 +180,14 @@ def test_a_flat_config_of_the_previous_version_loads_into_its_groups(stored: Any
     assert options.retrieval.embed == "inputs" and options.retrieval.embed_max_chars == 1500
     assert options.retrieval.episode_max_chars == 900
     assert options.retrieval.hnsw_threshold == 50_000 and options.retrieval.hnsw_ef_search == 96
-    assert options.retrieval.show_other_answers and options.retrieval.reuse_expert_verdicts
+    assert options.retrieval.reuse_expert_verdicts
+    assert _ablation.of(config) == Ablation()  # the stored ablations were the defaults
     assert options.reflection.mode == "batch" and options.reflection.batch_size == 8
     assert options.reflection.contrast == 4 and options.reflection.source_support == 0.4
     assert options.reflection.guideline_token_budget == 800
-    assert options.validation == ValidationOptions(mode="sources", require_fix=False, max_calls=16)
+    assert options.validation == ValidationOptions(mode="sources", max_calls=16)
     assert options.calibration.enabled and options.calibration.max_calls == 64
-    assert options.prompt == PromptOptions(
-        layout="turns", verdict_order="auto", pairwise_mode="separate"
-    )
+    assert options.prompt == PromptOptions(verdict_order="auto")
     assert options.max_retries == 2
     # nothing lost or changed: written flat again, it is what was stored
     assert flat(config) == stored
@@ -194,9 +210,10 @@ def test_stored_flat_values_land_in_their_groups() -> None:
         **FLAT_BOOL, "validate_guidelines": "all", "reflection": "pairs", "max_retries": 5,
         "judge_prompt": "checklist", "min_episode_similarity": None,
     }  # fmt: skip
-    options = JudgeConfig.model_validate(upgrade_stored_config(changed)).options
+    config = JudgeConfig.model_validate(upgrade_stored_config(changed))
+    options = config.options
     assert options.validation.mode == "all" and options.reflection.mode == "pairs"
-    assert options.max_retries == 5 and options.prompt.layout == "checklist"
+    assert options.max_retries == 5 and _ablation.of(config).layout == "checklist"
     assert options.retrieval.min_similarity is None
     # beside a nested group (never written so, but read whole): the flat value is read
     assert upgrade_stored_config(
@@ -204,10 +221,15 @@ def test_stored_flat_values_land_in_their_groups() -> None:
     ) == {"options": {"reflection": {"mode": "batch", "contrast": 1}}}
     # Memories saved before pairwise_mode stored a boolean; they reopen with its meaning.
     assert upgrade_stored_config({"pairwise_both_orders": True}) == {
-        "options": {"prompt": {"pairwise_mode": "both_orders"}}
+        "options": {"_ablation": {"pairwise_mode": "both_orders"}}
     }
     assert upgrade_stored_config({"pairwise_both_orders": False}) == {
-        "options": {"prompt": {"pairwise_mode": "one_order"}}
+        "options": {"_ablation": {"pairwise_mode": "one_order"}}
+    }
+    # Memories saved while the ablations were options stored them in their groups.
+    stored = {"options": {"prompt": {"layout": "plain", "verdict_order": "auto"}}}
+    assert upgrade_stored_config(stored) == {
+        "options": {"prompt": {"verdict_order": "auto"}, "_ablation": {"layout": "plain"}}
     }
     nested = JudgeConfig(name="h", instructions="i", scale=bool).model_dump(mode="json")
     assert upgrade_stored_config(nested) == nested and upgrade_stored_config([1]) == [1]
@@ -243,10 +265,12 @@ def test_the_constructor_takes_an_options_object_or_a_mapping(model: Any, embedd
         ({"validation": {"mde": "all"}}, "options.validation.mde"),
         ({"validate_guideline": "all"}, "options.validate_guideline"),
         ({"retrieval": {"min_similarity": 2.0}}, "options.retrieval.min_similarity"),
-        ({"prompt": {"layout": "sideways"}}, "options.prompt.layout"),
+        ({"prompt": {"verdict_order": "sideways"}}, "options.prompt.verdict_order"),
+        # an ablation is no option, in its old place or by its flat name
+        ({"prompt": {"layout": "plain"}}, "options.prompt.layout"),
         (
             {"judge_prompt": "plain"},
-            "options\n  unknown option 'judge_prompt'; did you mean prompt.layout",
+            "options\n  unknown option 'judge_prompt': no longer an option",
         ),
     ],
 )
@@ -260,7 +284,11 @@ def test_an_invalid_option_is_an_error_naming_it(
 def test_the_options_round_trip_through_save_and_load(
     make_judge: Any, model: Any, tmp_path: Path
 ) -> None:
-    options = {"prompt": {"layout": "plain"}, "reflection": {"batch_size": 2}, "max_retries": 4}
+    options = {
+        "prompt": {"verdict_order": "rationale_first"},
+        "reflection": {"batch_size": 2},
+        "max_retries": 4,
+    }
     judge = make_judge(path=tmp_path / "mem", options=options)
     judge.align([SWEATER, HOURS])
     judge.save(tmp_path / "copy")
@@ -280,14 +308,16 @@ def test_the_options_round_trip_through_save_and_load(
     )  # fmt: skip
     assert loaded.config.k == 1 and loaded.config.options.reflection.contrast == 0
     assert loaded.config.options.reflection.batch_size == 2  # kept
-    assert loaded.config.options.prompt.layout == "plain" and loaded.config.options.max_retries == 4
+    assert loaded.config.options.prompt.verdict_order == "rationale_first"
+    assert loaded.config.options.max_retries == 4
     loaded.close()
     loaded = MemAlignJudge.load(
         tmp_path / "mem", model=model, embeddings=HashEmbeddings(),
         options={"validation": {"max_calls": 5}, "max_retries": 1},
     )  # fmt: skip
     assert loaded.config.options.validation.max_calls == 5
-    assert loaded.config.options.max_retries == 1 and loaded.config.options.prompt.layout == "plain"
+    assert loaded.config.options.max_retries == 1
+    assert loaded.config.options.prompt.verdict_order == "rationale_first"
     loaded.close()
 
 
@@ -300,21 +330,22 @@ def test_a_memory_stored_flat_reopens_with_its_options_and_is_stored_nested(
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         conn.execute("UPDATE meta SET value=? WHERE key='config'", (json.dumps(old),))
     judge = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
-    assert judge.config.options.prompt.layout == "checklist"
+    assert _ablation.of(judge.config).layout == "checklist"
     assert judge.config.options.reflection.batch_size == 3
     assert flat(judge.config) == old
     judge.align([SWEATER])
     judge.close()
-    # the constructor rewrites the stored configuration, nested
-    make_judge(path=tmp_path, options={"prompt": {"layout": "checklist"}}).close()
+    # the constructor rewrites the stored configuration, nested, without the ablations
+    make_judge(path=tmp_path, options={"_ablation": {"layout": "checklist"}}).close()
     with sqlite3.connect(tmp_path / DB_FILE) as conn:
         (raw,) = conn.execute("SELECT value FROM meta WHERE key='config'").fetchone()
     stored = json.loads(raw)
-    assert "judge_prompt" not in stored and stored["options"]["prompt"]["layout"] == "checklist"
+    assert "judge_prompt" not in stored and stored["options"]["reflection"]["batch_size"] == 8
+    assert "_ablation" not in stored["options"] and "layout" not in stored["options"]["prompt"]
 
 
-# The options and values that exist for the benchmarks' ablations (docs/api/judge.md).
-EXPERIMENTAL = {
+# The benchmarks' ablations: where each was an option, and the values the benchmarks give.
+ABLATIONS = {
     ("prompt", "layout"): ("checklist", "plain"),
     ("prompt", "pairwise_mode"): ("both_orders", "one_order"),
     ("validation", "require_fix"): (True,),
@@ -322,18 +353,24 @@ EXPERIMENTAL = {
 }
 
 
-@pytest.mark.parametrize(("place", "values"), sorted(EXPERIMENTAL.items()))
-def test_an_experimental_option_says_so_and_still_reaches_the_judge(
+@pytest.mark.parametrize(("place", "values"), sorted(ABLATIONS.items()))
+def test_an_ablation_is_no_option_and_reaches_the_judge_through_the_private_hook(
     place: tuple[str, str], values: tuple[Any, ...], make_judge: Any
 ) -> None:
     group, field = place
+    dotted = f"{group}.{field}"
+    # not in the public schema, its reference or the judge file's known keys
     model = JudgeOptions.model_fields[group].annotation
-    description = model.model_fields[field].description  # type: ignore[union-attr]
-    assert "Experimental" in description
-    reference = (Path(__file__).parents[2] / "docs" / "api" / "judge.md").read_text()
-    (row,) = [r for r in reference.splitlines() if r.startswith(f"| `{group}.{field}` |")]
-    assert all(f"`{json.dumps(v) if isinstance(v, str) else v}`" in row for v in values)
+    assert field not in model.model_fields  # type: ignore[union-attr]
+    assert field not in json.dumps(JudgeOptions.model_json_schema())
+    docs = Path(__file__).parents[2] / "docs"
+    for page in [docs / "cli.md", *(docs / "api").glob("*.md")]:
+        assert f"`{dotted}" not in page.read_text() and f"{field} =" not in page.read_text()
+    with pytest.raises(ValidationError, match=re.escape(f"options.{dotted}")):
+        make_judge(options={group: {field: values[0]}})
     for value in values:  # kept working for the benchmarks that regenerate figures with it
-        judge = make_judge(scale="pairwise", options={group: {field: value}})
-        assert getattr(getattr(judge.config.options, group), field) == value
+        hook = _ablation.PLACES[dotted]
+        judge = make_judge(scale="pairwise", options={"_ablation": {hook: value}})
+        assert getattr(_ablation.of(judge.config), hook) == value
+        assert getattr(_ablation.of(judge.config), hook) != getattr(Ablation(), hook)
         judge.close()

@@ -23,7 +23,6 @@ from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel
 
 from langchain_memalign import (
-    AgreementHistory,
     AlignFailedError,
     InvalidFeedbackError,
     MemAlignJudge,
@@ -31,6 +30,7 @@ from langchain_memalign import (
     Scale,
 )
 from langchain_memalign.cli import main
+from langchain_memalign.evaluation import AgreementHistory
 from langchain_memalign.memory._codec_prequential import SeriesRow
 from langchain_memalign.memory.store import DB_FILE, SCHEMA_VERSION, MemoryStore
 from langchain_memalign.prequential import history_of

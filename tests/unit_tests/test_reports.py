@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from langchain_memalign import AlignReport, Usage
-from langchain_memalign.reports import CalibrationReport, GuidelineCheck, RejectedGuideline
+from langchain_memalign import AlignReport
+from langchain_memalign.reports import CalibrationReport, GuidelineCheck, RejectedGuideline, Usage
 
 
 def test_merge_adds_up_and_keeps_only_what_still_fails() -> None:

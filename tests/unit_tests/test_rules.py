@@ -9,12 +9,8 @@ from typing import Any
 import pytest
 from conftest import HOURS, RUDE, SWEATER, fb
 
-from langchain_memalign import (
-    InvalidRuleError,
-    MemAlignJudge,
-    UnknownRuleError,
-    limits,
-)
+from langchain_memalign import MemAlignJudge, limits
+from langchain_memalign.errors import InvalidRuleError, UnknownRuleError
 from langchain_memalign.graphs.validate import GuidelineValidator
 from langchain_memalign.memory import _writes
 

@@ -742,13 +742,14 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
         BASE_CONFIG + '[options.retrieval]\nmin_similarity_with_rationale = 0.5\n'
         "reuse_expert_verdicts = false\n"
         '[options.reflection]\nsource_support = "off"\n'
-        '[options.prompt]\nlayout = "checklist"\n[options.validation]\nmode = "all"\n'
+        '[options.prompt]\nverdict_order = "rationale_first"\n[options.validation]\nmode = "all"\n'
     )  # fmt: skip
     assert env.run("create")[0] == EXIT_OK
     options = memory_summary(env.tmp / "mem")["config"]["options"]
     assert options["reflection"]["source_support"] is None  # "off"
     assert options["retrieval"]["min_similarity_with_rationale"] == 0.5
-    assert options["prompt"]["layout"] == "checklist" and options["validation"]["mode"] == "all"
+    assert options["prompt"]["verdict_order"] == "rationale_first"
+    assert options["validation"]["mode"] == "all"
     assert options["retrieval"]["reuse_expert_verdicts"] is False
     assert options["retrieval"]["min_similarity"] == 0.9  # unset: the default of a bool scale
     env.config.write_text(CONFIG.replace('"bool"', "[1, 5]").replace('"mem"', '"mem5"'))
@@ -762,13 +763,17 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     # unset on a bool scale: the k nearest past cases that carry a rationale
     retrieval = memory_summary(env.tmp / "memb")["config"]["options"]["retrieval"]
     assert retrieval["min_similarity_with_rationale"] is None
-    env.config.write_text(CONFIG + '[options.prompt]\npairwise_mode = "sometimes"\n')
+    env.config.write_text(CONFIG + '[options.prompt]\nverdict_order = "sometimes"\n')
     code, _, err = env.run("create")
-    assert code == EXIT_USAGE and "options.prompt.pairwise_mode" in err
+    assert code == EXIT_USAGE and "options.prompt.verdict_order" in err
+    # the benchmarks' ablations are no options (langchain_memalign/_ablation.py)
+    env.config.write_text(CONFIG + '[options.prompt]\nlayout = "checklist"\n')
+    code, _, err = env.run("create")
+    assert code == EXIT_USAGE and "options.prompt.layout: unknown key" in err
     env.config.write_text(BASE_CONFIG + '[options.validation]\nmde = "all"\n')
     code, _, err = env.run("create")
     assert code == EXIT_USAGE and "options.validation.mde: unknown key" in err
-    assert "known keys: mode, require_fix, max_calls" in err
+    assert "known keys: mode, max_calls" in err
 
 
 def test_a_flat_option_key_in_the_judge_file_is_an_error_naming_its_place(env: Env) -> None:
@@ -778,7 +783,7 @@ def test_a_flat_option_key_in_the_judge_file_is_an_error_naming_its_place(env: E
     )
     code, _, err = env.run("create")
     assert code == EXIT_USAGE, err
-    assert "judge_prompt: unknown option; did you mean options.prompt.layout?" in err
+    assert "judge_prompt: unknown key" in err  # an ablation's flat name: no option now
     assert (
         "reuse_expert_verdicts: unknown option; did you mean "
         "options.retrieval.reuse_expert_verdicts?" in err

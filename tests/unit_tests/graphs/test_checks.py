@@ -8,7 +8,8 @@ import pytest
 from conftest import fb
 from fakes import RoleResponder
 
-from langchain_memalign import AlignFailedError, InvalidRuleError, MemAlignJudge
+from langchain_memalign import AlignFailedError, MemAlignJudge
+from langchain_memalign.errors import InvalidRuleError
 from langchain_memalign.graphs.learn_checks import default_consequence, passes, score_test
 from langchain_memalign.memory.rulebook import Check, load_rulebook
 from langchain_memalign.scale import Scale
@@ -401,7 +402,7 @@ def test_pairwise_the_output_that_breaks_the_rule_loses(
 ) -> None:
     responder.judge_rule = lambda case, memory: {"rationale": "Equal.", "score": "tie"}
     judge = make_judge(
-        scale="pairwise", options={"prompt": {"pairwise_mode": "one_order"}, "checks": ON}
+        scale="pairwise", options={"_ablation": {"pairwise_mode": "one_order"}, "checks": ON}
     )
     pairs = [
         fb("p1", "I'm upset, refund?", ["Refund in 5 days.", "Sorry! Refund in 5 days."], "B",

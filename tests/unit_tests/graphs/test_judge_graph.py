@@ -203,7 +203,7 @@ def test_load_guidelines_within_budget_returns_all(make_judge: Any) -> None:
 
 
 def test_judge_node_puts_working_memory_in_a_delimited_section(make_judge: Any, model: Any) -> None:
-    judge = make_judge(options={"prompt": {"layout": "plain"}})
+    judge = make_judge(options={"_ablation": {"layout": "plain"}})
     judge.align([SWEATER])
     nodes = JudgeNodes(judge.memory, judge.model)
     episodes = judge.memory.retrieve(judge.memory.embed([SWEATER.inputs])[0])
@@ -261,26 +261,26 @@ def test_the_verdict_order_is_the_same_in_the_prompt_the_schema_and_past_answers
     assert isinstance(result["score"], bool) and result["comment"]
 
 
-CHECKLIST = {"layout": "checklist"}
+CHECKLIST = {"_ablation": {"layout": "checklist"}}  # an ablation (_ablation.py)
 
 
 @pytest.mark.parametrize(
-    ("scale", "prompt", "score_first"),
+    ("scale", "options", "score_first"),
     [
         ((1, 5), {}, True),  # "auto": numeric scales give the score first
         (bool, {}, False),
         (["good", "bad"], {}, False),
         ("pairwise", {}, False),
         ((1, 5), CHECKLIST, False),  # reasons first, always
-        ((1, 5), {**CHECKLIST, "verdict_order": "score_first"}, False),
-        (bool, {"verdict_order": "score_first"}, True),
-        ((1, 5), {"verdict_order": "rationale_first"}, False),
+        ((1, 5), {**CHECKLIST, "prompt": {"verdict_order": "score_first"}}, False),
+        (bool, {"prompt": {"verdict_order": "score_first"}}, True),
+        ((1, 5), {"prompt": {"verdict_order": "rationale_first"}}, False),
     ],
 )
 def test_which_comes_first_by_scale_and_option(
-    make_judge: Any, scale: Any, prompt: dict[str, Any], score_first: bool
+    make_judge: Any, scale: Any, options: dict[str, Any], score_first: bool
 ) -> None:
-    judge = make_judge(scale=scale, options={"prompt": prompt})
+    judge = make_judge(scale=scale, options=options)
     assert judge.memory.config.score_first is score_first
     schema = JudgeNodes(judge.memory, judge.model).verdict.schema.model_json_schema()
     first = "score" if score_first else "rationale"
@@ -290,7 +290,7 @@ def test_which_comes_first_by_scale_and_option(
 @pytest.mark.parametrize("style", ["turns", "plain"])
 def test_episode_text_is_truncated_to_budget(make_judge: Any, model: Any, style: str) -> None:
     judge = make_judge(
-        options={"retrieval": {"episode_max_chars": 200}, "prompt": {"layout": style}}
+        options={"retrieval": {"episode_max_chars": 200}, "_ablation": {"layout": style}}
     )
     long = SWEATER.model_copy(update={"id": "long", "outputs": "blah " * 500})
     judge.align([long])
@@ -313,7 +313,7 @@ def test_a_long_past_case_shows_every_field_and_both_ends(
     judge = make_judge(
         options={
             "retrieval": {"episode_max_chars": 900},
-            "prompt": {"layout": style},
+            "_ablation": {"layout": style},
             "checks": {"mode": "off"},
         }
     )
@@ -429,7 +429,7 @@ def test_show_other_answers_off_leaves_out_another_answer_to_the_same_question(
     case = {"inputs": SWEATER.inputs, "outputs": "Sorry! Here is a refund."}
     shown = {}
     for option in (True, False):
-        judge = make_judge(k=3, options={"retrieval": {"show_other_answers": option}})
+        judge = make_judge(k=3, options={"_ablation": {"show_other_answers": option}})
         judge.align([good, bad, HOURS])
         nodes = JudgeNodes(judge.memory, judge.model)
         vec = nodes.embed_case(dict(case))["query_vector"]

@@ -126,13 +126,13 @@ def test_a_guideline_that_fixes_as_many_as_it_breaks_is_kept(make_judge: Any) ->
 def test_require_fix_drops_a_tie_and_keeps_its_narrowing_only_if_that_fixes_more(
     make_judge: Any,
 ) -> None:
-    judge, responder, _ = make(make_judge, options={"validation": {"require_fix": True}})
+    judge, responder, _ = make(make_judge, options={"_ablation": {"require_fix": True}})
     report = judge.align([UPSET, CALM])  # fixes upset, breaks calm: kept by default
     [check] = report.validation
     assert check.fixed == ["upset"] and check.broken == ["calm"]
     assert check.action == "dropped" and judge.guidelines == []
 
-    judge, responder, _ = make(make_judge, options={"validation": {"require_fix": True}})
+    judge, responder, _ = make(make_judge, options={"_ablation": {"require_fix": True}})
     responder.narrowed_text = NARROW  # fixes upset and breaks nothing
     report = judge.align([UPSET, CALM])
     assert report.validation[0].action == "narrowed"
@@ -150,7 +150,7 @@ def test_require_fix_drops_a_guideline_that_changes_nothing_without_narrowing(
     assert [g.text for g in judge.guidelines] == [polite]
 
     judge, _, model = make(
-        make_judge, proposal=(polite, CALM), options={"validation": {"require_fix": True}}
+        make_judge, proposal=(polite, CALM), options={"_ablation": {"require_fix": True}}
     )
     report = judge.align([CALM, CALM2])
     [check] = report.validation

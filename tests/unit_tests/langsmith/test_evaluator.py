@@ -27,13 +27,13 @@ from langchain_memalign.langsmith import (  # noqa: E402
     JudgeRunEvaluator,
     LangSmithFeedbackSource,
     ajudge_evaluator,
-    awrite_verdicts,
     comparative_evaluator,
     invoke_and_log,
     judge_evaluator,
     write_verdicts,
 )
 from langchain_memalign.langsmith._fields import comment_digest  # noqa: E402
+from langchain_memalign.langsmith.types import awrite_verdicts  # noqa: E402
 from langchain_memalign.result import label_of  # noqa: E402
 
 KEY = "helpfulness"

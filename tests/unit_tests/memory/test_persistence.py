@@ -11,12 +11,8 @@ import pytest
 from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
 
-from langchain_memalign import (
-    AlignFailedError,
-    EmbeddingMismatchError,
-    MemAlignJudge,
-    MemoryFormatError,
-)
+from langchain_memalign import AlignFailedError, MemAlignJudge, MemoryFormatError
+from langchain_memalign.errors import EmbeddingMismatchError
 from langchain_memalign.memory.store import DB_FILE, INDEX_FILE
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}

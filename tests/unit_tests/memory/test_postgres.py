@@ -23,14 +23,8 @@ import pytest
 from conftest import HOURS, RUDE, SWEATER
 from fakes import HashEmbeddings
 
-from langchain_memalign import (
-    AlignFailedError,
-    EmbeddingMismatchError,
-    Feedback,
-    MemAlignJudge,
-    MemoryFormatError,
-    MemoryUnavailableError,
-)
+from langchain_memalign import AlignFailedError, Feedback, MemAlignJudge, MemoryFormatError
+from langchain_memalign.errors import EmbeddingMismatchError, MemoryUnavailableError
 from langchain_memalign.memory.backends import memory_exists
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
@@ -71,7 +65,11 @@ def test_the_options_round_trip_through_a_database(
     make_judge: Any, model: Any, db: str, tmp_path: Path
 ) -> None:
     name = "j" + uuid.uuid4().hex[:8]
-    options = {"prompt": {"layout": "plain"}, "validation": {"max_calls": 3}, "max_retries": 4}
+    options = {
+        "prompt": {"verdict_order": "rationale_first"},
+        "validation": {"max_calls": 3},
+        "max_retries": 4,
+    }
     judge = make_judge(path=judge_url(db, name), options=options)
     judge.align([SWEATER])
     want = judge.config
@@ -79,7 +77,8 @@ def test_the_options_round_trip_through_a_database(
     [(raw,)] = rows(db, "SELECT value FROM memalign_meta WHERE judge=%s AND key='config'", name)
     assert json.loads(raw) == want.model_dump(mode="json")  # stored nested
     loaded = MemAlignJudge.load(judge_url(db, name), model=model, embeddings=HashEmbeddings())
-    assert loaded.config == want and loaded.config.options.prompt.layout == "plain"
+    assert loaded.config == want
+    assert loaded.config.options.prompt.verdict_order == "rationale_first"
     loaded.save(tmp_path / "copy")  # and into a folder
     loaded.close()
     copy = MemAlignJudge.load(tmp_path / "copy", model=model, embeddings=HashEmbeddings())

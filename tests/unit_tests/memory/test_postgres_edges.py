@@ -25,6 +25,8 @@ from langchain_memalign import (
     MemAlignJudge,
     MemoryBusyError,
     MemoryFormatError,
+)
+from langchain_memalign.errors import (
     MemoryPermissionError,
     MemoryReadOnlyError,
     MemoryUnavailableError,

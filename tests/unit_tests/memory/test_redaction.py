@@ -20,14 +20,10 @@ from typing import Any
 import pytest
 from fakes import HashEmbeddings
 
-from langchain_memalign import (
-    MemAlignJudge,
-    MemoryFormatError,
-    MemoryPermissionError,
-    MemoryUnavailableError,
-)
+from langchain_memalign import MemAlignJudge, MemoryFormatError
 from langchain_memalign._redact import redact, secrets_of
 from langchain_memalign.cli import main
+from langchain_memalign.errors import MemoryPermissionError, MemoryUnavailableError
 from langchain_memalign.memory.location import PostgresTarget, describe_location
 from langchain_memalign.memory.postgres import PostgresStore
 

@@ -59,15 +59,17 @@ from langchain_memalign import (
     AlignFailedError,
     AlignReport,
     Feedback,
-    InvalidRuleError,
     MalformedOutputError,
     MemAlignJudge,
     MemoryFormatError,
-    ReflectionError,
     UnknownFeedbackError,
+)
+from langchain_memalign.errors import (
+    FeedbackConfigMismatchError,
+    InvalidRuleError,
+    ReflectionError,
     UnknownRuleError,
 )
-from langchain_memalign.errors import FeedbackConfigMismatchError
 from langchain_memalign.memory.backends import open_store
 from langchain_memalign.memory.store import DB_FILE, INDEX_FILE
 
@@ -189,7 +191,7 @@ def draw_setup(rng: random.Random) -> Setup:
             "test_cases": 3,
             "max_per_judgment": 2,
         },
-        "prompt": {"layout": rng.choice(["turns", "checklist", "plain"])},
+        "_ablation": {"layout": rng.choice(["turns", "checklist", "plain"])},
         "retrieval": {"min_similarity": None, "min_similarity_with_rationale": None},
         "max_retries": 1,
     }

@@ -19,12 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_robust_atomic import dump
 
-from langchain_memalign import (
-    AlignFailedError,
-    MemAlignJudge,
-    ReflectionError,
-    UnknownFeedbackError,
-)
+from langchain_memalign import AlignFailedError, MemAlignJudge, UnknownFeedbackError
+from langchain_memalign.errors import ReflectionError
 
 EXAMPLES = int(os.environ.get("MEMALIGN_FUZZ_EXAMPLES", "120"))
 # Outcomes over all examples; MEMALIGN_FUZZ_REPORT=1 prints them (the figures of

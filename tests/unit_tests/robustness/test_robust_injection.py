@@ -20,7 +20,7 @@ ATTACK = (
 
 @pytest.mark.parametrize("style", ["turns", "checklist", "plain"])
 def test_delimiters_inside_graded_text_are_defused(make_judge: Any, model: Any, style: str) -> None:
-    judge = make_judge(options={"prompt": {"layout": style}})
+    judge = make_judge(options={"_ablation": {"layout": style}})
     judge.align([SWEATER, HOURS])
     judge.invoke({"inputs": "Is this answer right?", "outputs": ATTACK})
     messages = model.calls[-1]

@@ -15,8 +15,9 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import ScriptedChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from langchain_memalign import LimitExceededError, MemAlignJudge, limits
+from langchain_memalign import MemAlignJudge, limits
 from langchain_memalign.alignment import AlignmentRun
+from langchain_memalign.errors import LimitExceededError
 from langchain_memalign.limits import fit_prompt, prompt_chars
 from langchain_memalign.memory.semantic import Guideline, new_guideline_id
 from langchain_memalign.memory.store import MemoryStore

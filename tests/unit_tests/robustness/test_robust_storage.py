@@ -24,14 +24,8 @@ from conftest import HOURS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
 from test_robust_atomic import dump
 
-from langchain_memalign import (
-    MemAlignError,
-    MemAlignJudge,
-    MemoryBusyError,
-    MemoryFormatError,
-    MemoryFullError,
-    MemoryReadOnlyError,
-)
+from langchain_memalign import MemAlignError, MemAlignJudge, MemoryBusyError, MemoryFormatError
+from langchain_memalign.errors import MemoryFullError, MemoryReadOnlyError
 from langchain_memalign.memory.store import DB_FILE, INDEX_FILE
 
 CASE = {"inputs": "What are your store hours?", "outputs": "9 to 6."}
