@@ -1,6 +1,7 @@
 """Learning curves: every data set's systems at 0, 10 and 50 feedback items, with intervals.
 
-    python benchmarks/curves.py --md results/curves.md --img ../docs/img/quality_curves.png \\
+    python benchmarks/reports.py curves --md results/curves.md \\
+        --img ../docs/img/quality_curves.png \\
         --set halubench ours@0=R/quality_halubench.json:unaligned@0 \\
                         ours@10=R/quality_halubench.json:ours@10 \\
                         ours@50=R/quality_halubench.json:ours@50 \\
@@ -128,7 +129,3 @@ def main() -> None:
     write_report(lines, sources, args.md)
     if args.img:
         plot(panels, args.img)
-
-
-if __name__ == "__main__":
-    main()

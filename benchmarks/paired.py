@@ -1,6 +1,6 @@
 """Paired comparison of systems judged on the same test cases, across result files.
 
-    python benchmarks/paired.py --md out.md --against unaligned \\
+    python benchmarks/reports.py paired --md out.md --against unaligned \\
         unaligned=results/quality_prometheus_nofloor.json:unaligned@0 \\
         ours=results/quality_prometheus_nofloor.json:ours@10 \\
         mlflow=results/quality_prometheus.json:mlflow@10
@@ -220,7 +220,3 @@ def main() -> None:
         err = shown(paired(cases, base, 1)) if numeric else "–"
         lines.append(f"| {name} | {len(cases.keys() & base.keys())} | {acc} | {err} |")
     write_report(lines, sources, args.md)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Where we stand: every data set's systems in one table, each paired with ours.
 
-    python benchmarks/standing.py --md results/standing.md \\
+    python benchmarks/reports.py standing --md results/standing.md \\
         --set halubench unaligned=R/quality_halubench.json:unaligned@0 \\
                         ours=R/quality_halubench_k5.json:ours@10 \\
                         mlflow=R/quality_halubench.json:mlflow@10 \\
@@ -101,7 +101,3 @@ def main() -> None:
             )
         sources += set_sources(title, loaded)
     write_report(lines, sources, args.md)
-
-
-if __name__ == "__main__":
-    main()

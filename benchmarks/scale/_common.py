@@ -54,7 +54,8 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RESULTS = HERE / "results"
+# Where results go: this folder's results/, or $MEMALIGN_SCALE_RESULTS (the smoke tests).
+RESULTS = Path(os.environ.get("MEMALIGN_SCALE_RESULTS", HERE / "results"))
 DATA = Path(os.environ.get("MEMALIGN_SCALE_DATA", "/tmp/memalign_scale"))
 DIM = 384
 
@@ -165,7 +166,7 @@ def save_result(name: str, data: dict[str, Any], command: str | None = None) -> 
     }
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(out, indent=2, default=_json_default) + "\n")
-    print(f"saved {path.relative_to(ROOT)}")
+    print(f"saved {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
 
 

@@ -17,7 +17,7 @@ create a guideline embed it in the same call as the episode.
 Both memories are measured: a folder (`path=...`: SQLite with synchronous=FULL, so
 each align commits with an fsync) and in process (`path=None`).
 
-    .venv/bin/python benchmarks/scale/bench_align_one.py --n 10000
+    .venv/bin/python benchmarks/scale/run.py align-one --n 10000
 """
 
 from __future__ import annotations
@@ -229,7 +229,3 @@ def main() -> None:
         f"{'PASS' if ok else 'FAIL'}"
     )
     save_result(args.name or f"align_one_{args.n}", out)
-
-
-if __name__ == "__main__":
-    main()

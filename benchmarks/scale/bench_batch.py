@@ -21,7 +21,7 @@ Also measured:
 `--what-if` repeats the 1,000-judgment runs with the FAISS thread-setting change
 suggested in docs/benchmarks_scale.md (monkeypatched here; the package is not edited).
 
-    .venv/bin/python benchmarks/scale/bench_batch.py
+    .venv/bin/python benchmarks/scale/run.py batch
 """
 
 from __future__ import annotations
@@ -230,7 +230,3 @@ def main() -> None:
             "loadavg_end": loadavg(),
         },
     )
-
-
-if __name__ == "__main__":
-    main()

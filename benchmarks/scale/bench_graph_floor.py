@@ -15,7 +15,7 @@ what that execution costs on its own, with no FAISS, no SQLite, no prompt and no
 Each figure is the median wall time and the CPU time (all threads) per invocation over
 `--n` invocations after `--warmup`.
 
-    .venv/bin/python benchmarks/scale/bench_graph_floor.py
+    .venv/bin/python benchmarks/scale/run.py graph-floor
 """
 
 from __future__ import annotations
@@ -142,7 +142,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:20} median {r['median_ms']:7.3f} ms   cpu {r['cpu_ms_per_call']:7.3f} ms")
     save_result(args.name, {"n": args.n, "runs": runs})
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,8 +15,8 @@ Part 2, 1,000,000 episodes (synthetic TopicEmbeddings vectors, the memory of
 `bench_judge_overhead.py --n 1000000`): recall@k of the saved HNSW index against
 an exact search over the same stored vectors, and the search latency of both.
 
-    .venv/bin/python benchmarks/scale/embed_real_texts.py --n 6000   # once, slow
-    .venv/bin/python benchmarks/scale/bench_hnsw_recall.py --queries 1000 --big-n 1000000
+    .venv/bin/python benchmarks/scale/run.py embed-real-texts --n 6000   # once, slow
+    .venv/bin/python benchmarks/scale/run.py hnsw-recall --queries 1000 --big-n 1000000
 """
 
 from __future__ import annotations
@@ -209,7 +209,3 @@ def main() -> None:
         out["synthetic_big"] = part_big(args.big_n, args.big_queries, args.k)
     out["loadavg_end"] = loadavg()
     save_result("hnsw_recall", out)
-
-
-if __name__ == "__main__":
-    main()

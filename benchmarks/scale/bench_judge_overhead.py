@@ -36,8 +36,8 @@ The memory is populated directly (see `_common.populate_memory`): N episodes wit
 384-d TopicEmbeddings vectors and 60 guidelines (about 1,300 tokens, over the
 800-token budget, so guidelines are selected by relevance on every judgment).
 
-    .venv/bin/python benchmarks/scale/bench_judge_overhead.py --n 10000
-    .venv/bin/python benchmarks/scale/bench_judge_overhead.py --n 1000000 --judgments 300
+    .venv/bin/python benchmarks/scale/run.py judge-overhead --n 10000
+    .venv/bin/python benchmarks/scale/run.py judge-overhead --n 1000000 --judgments 300
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def _caller_init_bind_tools(self: Any, model: Any, schema: Any, **kw: Any) -> No
     if self._mode == "structured":
         self._mode = "json_schema"  # `_parse` then reads the raw reply's tool call
         self._runnable = model.bind_tools([schema], tool_choice=schema.__name__)
+        self._steps = None  # the bound model is called whole, not as include_raw's steps
 
 
 def apply_variant(variant: str) -> None:
@@ -392,7 +393,3 @@ def main() -> None:
             "loadavg_end": loadavg(),
         },
     )
-
-
-if __name__ == "__main__":
-    main()

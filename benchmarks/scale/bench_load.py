@@ -20,7 +20,7 @@ Variants (memories populated directly, see `_common.populate_memory`):
   write without `save`);
 * `--footprint-n 1000000` adds the 1M HNSW memory to the footprint table.
 
-    .venv/bin/python benchmarks/scale/bench_load.py --n 100000
+    .venv/bin/python benchmarks/scale/run.py load --n 100000
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def spawn(folder: Path, judgments: int, cold: bool, preimport: bool = True) -> d
     out = subprocess.run(
         [
             sys.executable,
-            str(HERE / "bench_load.py"),
+            str(HERE / "run.py"),
+            "load",
             "--child",
             str(folder),
             "--judgments",
@@ -238,7 +239,3 @@ def main() -> None:
             "loadavg_end": loadavg(),
         },
     )
-
-
-if __name__ == "__main__":
-    main()

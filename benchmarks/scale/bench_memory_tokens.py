@@ -22,7 +22,7 @@ measured (tokens estimated as the package does, ~4 characters a token):
   that neither consolidates nor selects puts in every prompt (MLflow 3.18 appends
   every guideline to every judgment's instructions, optimizer.py:315-318).
 
-    .venv/bin/python benchmarks/scale/bench_memory_tokens.py --items 5000
+    .venv/bin/python benchmarks/scale/run.py memory-tokens --items 5000
 """
 
 from __future__ import annotations
@@ -261,7 +261,3 @@ def main() -> None:
             "loadavg_end": loadavg(),
         },
     )
-
-
-if __name__ == "__main__":
-    main()

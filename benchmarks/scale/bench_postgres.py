@@ -26,8 +26,8 @@ temporary directory (`tests/pg_server.py`).
    and builds the HNSW graph from the stored vectors in the background; both
    times are reported) and an exact flat index only (`hnsw_threshold` above n).
 
-    .venv/bin/python benchmarks/scale/bench_postgres.py
-    .venv/bin/python benchmarks/scale/bench_postgres.py --items 200 --open-n 20000  # quicker
+    .venv/bin/python benchmarks/scale/run.py postgres
+    .venv/bin/python benchmarks/scale/run.py postgres --items 200 --open-n 20000  # quicker
 """
 
 from __future__ import annotations
@@ -440,7 +440,3 @@ def main() -> None:
             "open": {"populate": populated, "runs": opened},
         },
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -5,7 +5,7 @@ server embeds about 3-90 texts a second depending on load and length, so the
 vectors are cached in `results/real_minilm.npz` (git-ignored), with the texts.
 Resumable: a partial cache is extended, not redone.
 
-    .venv/bin/python benchmarks/scale/embed_real_texts.py --n 6000
+    .venv/bin/python benchmarks/scale/run.py embed-real-texts --n 6000
 """
 
 from __future__ import annotations
@@ -106,7 +106,3 @@ def main() -> None:
                 flush=True,
             )
     print(f"done: {CACHE}")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 
 Run with the MLflow venv (benchmarks/mlflow_baseline/setup.sh), not .venv:
 
-    .venv-mlflow/bin/python benchmarks/scale/mlflow_side_by_side.py \
+    .venv-mlflow/bin/python benchmarks/scale/run.py mlflow-side-by-side \
         --sizes 1000 10000 --load-n 100000
 
 What it measures, with a zero-cost in-process embedder (`dspy.Embedder(callable)`,
@@ -320,7 +320,3 @@ def main() -> None:
     path = RESULTS / f"mlflow_side_by_side{suffix}.json"
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(f"saved {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -16,7 +16,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables.config import run_in_executor
 
 
 def weak_node(node: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
@@ -65,14 +66,48 @@ def weak_node(node: Callable[..., Any], name: str | None = None) -> Callable[...
     return fn
 
 
+class _WeakNode(Runnable[Any, Any]):
+    """A graph node calling a sync function and an optional async twin (`weak_runnable`).
+
+    LangGraph opens the node's run (named after the node) and sets the config context
+    around `invoke`; a `RunnableLambda` here would open a second run of the same name
+    inside it and inspect the function's signature on every call (about 0.1 ms a node,
+    five nodes a judgment), so the node calls its function directly.
+    """
+
+    def __init__(
+        self, func: Callable[..., Any], afunc: Callable[..., Any] | None, name: str
+    ) -> None:
+        self.func = func
+        self.afunc = afunc
+        self.name = name
+        self._takes_config = "config" in inspect.signature(func).parameters
+        self._async_takes_config = (
+            afunc is not None and "config" in inspect.signature(afunc).parameters
+        )
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self._takes_config:
+            return self.func(input, ensure_config(config))
+        return self.func(input)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.afunc is None:
+            # As `RunnableLambda` without an async twin: the sync function in a thread.
+            return await run_in_executor(config, self.invoke, input, config)
+        if self._async_takes_config:
+            return await self.afunc(input, ensure_config(config))
+        return await self.afunc(input)
+
+
 def weak_runnable(
     method: Callable[..., Any], amethod: Callable[..., Any] | None = None
 ) -> Runnable[Any, Any]:
     """A graph node with a sync and an optional async implementation, both held weakly.
 
-    A `RunnableLambda` (LangChain's public wrapper for a sync/async pair):
-    LangGraph's own node wrapper is internal (`langgraph._internal`).
+    A small `Runnable` (`_WeakNode`): LangGraph's own node wrapper, which takes a
+    sync/async pair, is internal (`langgraph._internal`).
     """
     func = weak_node(method)
     afunc = None if amethod is None else weak_node(amethod)
-    return RunnableLambda(func, afunc=afunc, name=func.__name__)
+    return _WeakNode(func, afunc, func.__name__)

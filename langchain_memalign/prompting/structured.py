@@ -20,7 +20,14 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.rate_limiters import BaseRateLimiter
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import (
+    Runnable,
+    RunnableConfig,
+    RunnableParallel,
+    RunnableSequence,
+    RunnableWithFallbacks,
+)
+from langchain_core.runnables.passthrough import RunnableAssign
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
@@ -94,6 +101,9 @@ class StructuredCaller(Generic[T]):
         # "text": JSON asked for in the prompt.
         self._mode: str
         self._runnable: Runnable[Any, Any]
+        # (model, parser) of a standard `include_raw` composition, run one after the
+        # other by `_call`; None: the runnable is called as it is.
+        self._steps: tuple[Runnable[Any, Any], Runnable[Any, Any]] | None = None
         if _supports_json_schema(model):
             self._mode = "json_schema"
             self._runnable = model.bind(
@@ -107,6 +117,7 @@ class StructuredCaller(Generic[T]):
             try:
                 self._runnable = model.with_structured_output(schema, include_raw=True)
                 self._mode = "structured"
+                self._steps = _include_raw_steps(self._runnable)
             except NotImplementedError:
                 logger.info(
                     "%s: %s has no structured output; asking for JSON in the text",
@@ -209,6 +220,36 @@ class StructuredCaller(Generic[T]):
         err.usage = usage
         return err
 
+    def _call(self, msgs: list[BaseMessage], config: RunnableConfig | None) -> Any:
+        """The runnable's reply; a standard `include_raw` composition without its maps.
+
+        `with_structured_output(include_raw=True)` is `{"raw": model} | assign(parsed=...)
+        .with_fallbacks(parsed=None)`: two one-branch maps, each starting a thread pool
+        and a thread on every sync call (about 2 ms a judgment). The same steps run
+        here in a row give the same `{"raw", "parsed", "parsing_error"}`.
+        """
+        if self._steps is None:
+            return self._runnable.invoke(msgs, config)
+        model, parse = self._steps
+        raw = model.invoke(msgs, config)
+        try:
+            parsed = parse.invoke({"raw": raw}, config)
+        except Exception as e:  # as the composition's fallback: any parser error
+            return {"raw": raw, "parsed": None, "parsing_error": e}
+        return {"raw": raw, "parsed": parsed, "parsing_error": None}
+
+    async def _acall(self, msgs: list[BaseMessage], config: RunnableConfig | None) -> Any:
+        """Async twin of `_call`."""
+        if self._steps is None:
+            return await self._runnable.ainvoke(msgs, config)
+        model, parse = self._steps
+        raw = await model.ainvoke(msgs, config)
+        try:
+            parsed = await parse.ainvoke({"raw": raw}, config)
+        except Exception as e:  # as the composition's fallback: any parser error
+            return {"raw": raw, "parsed": None, "parsing_error": e}
+        return {"raw": raw, "parsed": parsed, "parsing_error": None}
+
     def invoke(
         self, messages: Sequence[BaseMessage], config: RunnableConfig | None = None
     ) -> tuple[T, Usage]:
@@ -221,7 +262,7 @@ class StructuredCaller(Generic[T]):
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(blocking=True)
             try:
-                result = self._runnable.invoke(msgs, config)
+                result = self._call(msgs, config)
             except OutputParserException as e:
                 parsed, raw, error = self._parser_failure(e)
             else:
@@ -245,7 +286,7 @@ class StructuredCaller(Generic[T]):
             if self.rate_limiter is not None:
                 await self.rate_limiter.aacquire(blocking=True)
             try:
-                result = await self._runnable.ainvoke(msgs, config)
+                result = await self._acall(msgs, config)
             except OutputParserException as e:
                 parsed, raw, error = self._parser_failure(e)
             else:
@@ -256,6 +297,33 @@ class StructuredCaller(Generic[T]):
             logger.info("%s: unusable model output (%s); retrying", self.what, error)
             msgs = self._retry_messages(msgs, raw, error or "invalid output")
         raise self._fail(raw, error, usage)
+
+
+def _include_raw_steps(
+    runnable: Runnable[Any, Any],
+) -> tuple[Runnable[Any, Any], Runnable[Any, Any]] | None:
+    """The model and the parser of LangChain's `include_raw=True` composition, or None.
+
+    The composition (`BaseChatModel.with_structured_output` and the providers that
+    copy it) is `RunnableParallel(raw=model) | RunnableAssign(parsed=parser,
+    parsing_error=...).with_fallbacks([RunnableAssign(parsed=None)],
+    exception_key="parsing_error")`. Anything else (a provider's own) returns None
+    and is called whole.
+    """
+    if not isinstance(runnable, RunnableSequence) or len(runnable.steps) != 2:
+        return None
+    first, last = runnable.steps
+    if not isinstance(first, RunnableParallel) or set(first.steps__) != {"raw"}:
+        return None
+    if (
+        not isinstance(last, RunnableWithFallbacks)
+        or last.exception_key != "parsing_error"
+        or tuple(last.exceptions_to_handle) != (Exception,)
+        or not isinstance(last.runnable, RunnableAssign)
+        or set(last.runnable.mapper.steps__) != {"parsed", "parsing_error"}
+    ):
+        return None
+    return first.steps__["raw"], last.runnable.mapper.steps__["parsed"]
 
 
 def _usage_of(raw: AIMessage | None) -> Usage:

@@ -1,5 +1,6 @@
-"""The benchmarks' report scripts (benchmarks/paired.py, standing.py, curves.py): what the
-docs' tables claim is computed here, so it is pinned on small result files made up for it."""
+"""The benchmarks' reports (benchmarks/reports.py: the modules paired.py, standing.py,
+curves.py): what the docs' tables claim is computed here, so it is pinned on small result
+files made up for it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import curves
 import paired
+import reports
 import standing
 
 
@@ -162,3 +164,19 @@ def test_paired_reads_the_uncalibrated_scores_of_the_same_judgments(tmp_path: Pa
     assert [p["judge"] for p in points[0][1]["test"]["predictions"]] == [2, 2, 4]
     with pytest.raises(SystemExit, match="unknown view 'raw'"):
         paired.load(f"x={path}:ours@50/raw")
+
+
+def test_the_reports_command_runs_each_report_as_its_module_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    truth = [True, False] * 5
+    ours = _result(tmp_path / "ours.json", "ours@10", {0: [(h, h) for h in truth]})
+    flat = _result(tmp_path / "flat.json", "unaligned@0", {0: [(h, True) for h in truth]})
+    points = ["set", f"ours={ours}:ours@10", f"unaligned={flat}:unaligned@0"]
+    direct = _standing(tmp_path, monkeypatch, points)
+    md = tmp_path / "via_reports.md"
+    monkeypatch.setattr(sys, "argv", ["reports.py"])
+    assert reports.main(["standing", "--md", str(md), "--set", *points]) == 0
+    assert md.read_text().splitlines() == direct
+    assert reports.main(["nonesuch"]) == 2
+    assert reports.main([]) == 2

@@ -10,7 +10,7 @@ from uuid import UUID
 import pytest
 from conftest import HOURS, SWEATER
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableLambda
 
 CASE = {"inputs": "I was charged twice and I'm frustrated!", "outputs": "Refunds take 5-7 days."}
 OK = {"inputs": "What are your hours?", "outputs": "Sorry for the wait, 9 to 5."}
@@ -150,11 +150,13 @@ def test_a_dropped_judge_frees_its_memory(make_judge: Any) -> None:
 async def test_nodes_are_public_runnables_with_a_sync_and_an_async_side(
     make_judge: Any,
 ) -> None:
-    # RunnableLambda, not LangGraph's internal node wrapper (langgraph._internal).
+    # The package's own Runnable, not LangGraph's internal node wrapper
+    # (langgraph._internal), with both sides.
     judge = make_judge()
     judge.align([SWEATER])
     node = judge.graph.get_graph().nodes["judge"].data
-    assert type(node).__name__ == "RunnableLambda"
+    assert isinstance(node, Runnable) and type(node).__module__.startswith("langchain_memalign")
+    assert node.afunc is not None
     case = {"inputs": "I was charged twice!", "outputs": "Refunds take 5-7 days."}
     sync, async_ = judge.invoke(case), await judge.ainvoke(case)
     assert sync == async_ and sync["metadata"]["episode_ids"] == ["sweater"]

@@ -201,7 +201,8 @@ def test_a_malformed_url_is_a_format_error_at_once(
         started = time.monotonic()
         with pytest.raises(MemoryFormatError) as err:
             opening(url)
-        assert time.monotonic() - started < 2
+        # Far under the 30 s a retried refusal takes, with room for a loaded machine.
+        assert time.monotonic() - started < 15
         check(err.value)
     for through_judge in (
         lambda: make_judge(path=url),
@@ -552,7 +553,8 @@ def test_a_judgment_during_a_slow_align_does_not_wait_for_it(
         assert reflecting.wait(30)
         started = time.monotonic()
         result = judge.invoke(CASE)
-        assert time.monotonic() - started < 10
+        # Blocked, it would wait for `release` (set only below): any bound proves it.
+        assert time.monotonic() - started < 20
         assert result["score"] is not None
         assert not release.is_set()  # the align was still running
     finally:

@@ -171,7 +171,7 @@ def test_a_wrong_password_fails_fast_and_says_so(pg_server: Any, password_role: 
         started = time.monotonic()
         with pytest.raises(MemoryPermissionError, match="authentication failed") as e:
             opening(url)
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # under 30 s, with room for a loaded machine
         assert not _leaks(_everything(e.value))
         assert "memalign_pw" in str(e.value)  # names the role PostgreSQL refused
 
@@ -369,7 +369,7 @@ def test_a_database_that_does_not_exist_fails_fast_and_is_named(pg_server: Any) 
         started = time.monotonic()
         with pytest.raises(MemoryFormatError) as e:
             opening(url)
-        assert time.monotonic() - started < 10  # the default open_timeout is 30 s
+        assert time.monotonic() - started < 20  # the default open_timeout is 30 s
         assert not isinstance(e.value, MemoryPermissionError)
         assert f"database {missing!r} does not exist" in str(e.value)
         assert "127.0.0.1" in str(e.value)
