@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +43,9 @@ from langchain_memalign.errors import (
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._codec import _matrix, _now, _vec_blob, encode_feedback
 from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
-from langchain_memalign.memory._sql import POSTGRES, SqlTables
+from langchain_memalign.memory._sql import POSTGRES
 from langchain_memalign.memory._store_base import SCHEMA_VERSION
+from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import PostgresTarget, is_postgres_url
 
 INSTALL_HINT = "pip install 'langchain-memalign[postgres]'"
@@ -292,7 +293,7 @@ class _Unit:
     open: bool = True
 
 
-class PostgresBase(SqlTables):
+class PostgresBase(Store):
     """Connections, transactions, locks and meta values of one judge's memory in PostgreSQL."""
 
     dialect = POSTGRES
@@ -827,10 +828,6 @@ class PostgresBase(SqlTables):
         """Run a write in the shared SQL once per parameter row."""
         with conn.cursor() as cur:
             cur.executemany(self.dialect.sql(text), list(rows))
-
-    def _snapshot(self) -> AbstractContextManager[Any]:
-        """Several reads see one committed version: one `REPEATABLE READ` transaction."""
-        return self.consistent()
 
     # -- feedback and episodes: what the change records make PostgreSQL's own ----------
 

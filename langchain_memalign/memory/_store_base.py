@@ -43,8 +43,9 @@ from langchain_memalign.memory._codec import _matrix, _vec_blob
 # `_now` and `encode_feedback` are re-exported: code elsewhere imports them from here.
 from langchain_memalign.memory._codec import _now as _now
 from langchain_memalign.memory._codec import encode_feedback as encode_feedback
-from langchain_memalign.memory._sql import SQLITE, SqlTables, _chunks
+from langchain_memalign.memory._sql import SQLITE
 from langchain_memalign.memory._sqlite_schema import refuse_links
+from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import is_postgres_url
 
 # 2: the agreement series (`prequential`); a version-1 folder is upgraded on open.
@@ -299,7 +300,7 @@ def holding_memory_file(folder: Path) -> Iterator[str]:
             conn.close()  # rolls the empty transaction back: the lock goes with it
 
 
-class StoreBase(SqlTables):
+class StoreBase(Store):
     """Connection, lock, error mapping, meta table and transactions of a SQLite memory."""
 
     dialect = SQLITE
@@ -344,11 +345,6 @@ class StoreBase(SqlTables):
         with self.lock:
             self._conn.close()
             self._closed = True
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close` was called."""
-        return self._closed
 
     @contextmanager
     def consistent(self) -> Iterator[None]:
@@ -446,15 +442,6 @@ class StoreBase(SqlTables):
                 raise sqlite_error(
                     e, where, f"{where}: cannot write {', '.join(values)} ({e})"
                 ) from e
-
-    def change_seq(self) -> int:
-        """The number of committed changes (the memory's version number)."""
-        seq = self.get_meta("change_seq")
-        if seq is None:
-            return 0
-        if type(seq) is not int or seq < 0:
-            raise MemoryFormatError(f"{self._where()}: meta.change_seq is {seq!r}, not a count")
-        return seq
 
     def _data_version(self) -> int:
         """SQLite's count of other connections' commits (`PRAGMA data_version`).
@@ -618,7 +605,7 @@ class StoreBase(SqlTables):
     #: A folder runs one align or unalign as one transaction (`atomic`).
     supports_atomic = True
 
-    def _remember(self, conn: sqlite3.Connection, where: str, args: list[Any]) -> None:
+    def _keep_before(self, conn: Any, where: str, args: list[Any]) -> None:
         """Keep the payloads of episodes a transaction is about to change (first write wins)."""
         if self._tx_before is None or not args:
             return
@@ -656,26 +643,7 @@ class StoreBase(SqlTables):
         """Several reads see one version: this process's writes wait for the store lock."""
         return self.lock
 
-    # -- feedback and episodes: what the before-images make SQLite's own ------------
-
-    def put_feedback(self, conn: sqlite3.Connection, fb: Feedback, *, reflected: bool) -> None:
-        """Insert or replace one feedback item (inside a transaction)."""
-        payload = encode_feedback(fb)
-        self._remember(conn, "f.id = ?", [fb.id])
-        conn.execute(
-            "INSERT INTO feedback(id, payload, content_hash, reflected, updated_at) "
-            "VALUES(?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET payload=excluded.payload, "
-            "content_hash=excluded.content_hash, reflected=excluded.reflected, "
-            "updated_at=excluded.updated_at",
-            (fb.id, payload, fb.content_hash(), int(reflected), _now()),
-        )
-
-    def delete_feedback(self, conn: sqlite3.Connection, ids: Iterable[str]) -> None:
-        """Delete feedback and (by cascade) its episodes."""
-        ids = list(ids)
-        for chunk in _chunks(ids):
-            self._remember(conn, f"f.id IN ({','.join('?' * len(chunk))})", list(chunk))
-        conn.executemany("DELETE FROM feedback WHERE id=?", [(i,) for i in ids])
+    # -- episodes: what the before-images make SQLite's own ---------------------------
 
     def put_episode(
         self, conn: sqlite3.Connection, feedback_id: str, text_hash: str, vector: np.ndarray
@@ -690,7 +658,7 @@ class StoreBase(SqlTables):
             "SELECT rowid FROM episodes WHERE feedback_id=?", (feedback_id,)
         ).fetchone()
         if old is not None:
-            self._remember(conn, "e.rowid = ?", [old[0]])
+            self._keep_before(conn, "e.rowid = ?", [old[0]])
             conn.execute("DELETE FROM episodes WHERE rowid=?", (old[0],))
         cur = conn.execute(
             "INSERT INTO episodes(feedback_id, text_hash, vector) VALUES(?, ?, ?)",

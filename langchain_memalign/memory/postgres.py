@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError, MemoryPermissionError
@@ -63,7 +62,6 @@ from langchain_memalign.memory.backends import memory_exists
 from langchain_memalign.memory.dump import (
     MemoryDump,
     write_sqlite,
-    write_sqlite_folder,
 )
 from langchain_memalign.memory.location import (
     PostgresTarget,
@@ -318,11 +316,3 @@ class PostgresStore(PostgresBase):
                     "UPDATE memalign_judges SET memory_id=%s WHERE name=%s",
                     (d.meta["memory_id"], self.judge),
                 )
-
-    def backup_to(self, folder: Path, *, exclusive: bool = False) -> None:
-        """Write this judge's memory into `folder` as a SQLite memory, atomically.
-
-        Episode ids are kept as the SQLite row ids, so an index built from
-        either copy has the same ids. `exclusive`: see `Store.backup_to`.
-        """
-        write_sqlite_folder(folder, self.dump(), exclusive=exclusive)

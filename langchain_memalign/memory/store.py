@@ -225,7 +225,7 @@ class MemoryStore(StoreBase):
             if check is not None:
                 check()
             # Every episode (row ids start at 1): readers of older versions keep them.
-            self._remember(conn, "e.rowid > ?", [0])
+            self._keep_before(conn, "e.rowid > ?", [0])
             # The others go by cascade; the series' align marks go with no feedback.
             for table in ("prequential", "guidelines", "feedback", "history"):
                 conn.execute(f"DELETE FROM {table}")
