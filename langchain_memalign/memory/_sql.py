@@ -38,8 +38,10 @@ class Dialect:
     (table prefix), `{w}` (the scope alone: ` WHERE judge=?` or nothing),
     `{a}` (the scope before another condition: `WHERE judge=? AND ` or
     `WHERE `), `{jc}`/`{jv}` (the judge column and its placeholder in an
-    INSERT), `{ord}` (insertion order), `{eid}` (the episode id column) and
-    `{unreflected}` (the condition its pending-feedback index is built on).
+    INSERT), `{ord}` (insertion order), `{by_key}` (the order of rows fetched
+    by id: SQLite's has always been the id's, PostgreSQL's insertion order),
+    `{eid}` (the episode id column) and `{unreflected}` (the condition its
+    pending-feedback index is built on).
     A statement that names the scope takes the judge's name (`_scope`) as its
     parameter at that place.
     """
@@ -48,6 +50,7 @@ class Dialect:
     scoped: bool
     placeholder: str
     order: str
+    by_key: str
     episode_id: str
     unreflected: str
     #: The history's `seq` is shared by every judge of the database: number each one's from 1.
@@ -68,6 +71,7 @@ def _render(d: Dialect, text: str) -> str:
         jc="judge, " if d.scoped else "",
         jv="?, " if d.scoped else "",
         ord=d.order,
+        by_key=d.by_key,
         eid=d.episode_id,
         unreflected=d.unreflected,
     )
@@ -75,11 +79,11 @@ def _render(d: Dialect, text: str) -> str:
 
 
 SQLITE = Dialect(
-    prefix="", scoped=False, placeholder="?", order="rowid", episode_id="rowid",
+    prefix="", scoped=False, placeholder="?", order="rowid", by_key="id", episode_id="rowid",
     unreflected="reflected=0", renumber_history=False,
 )  # fmt: skip
 POSTGRES = Dialect(
-    prefix="memalign_", scoped=True, placeholder="%s", order="ord", episode_id="id",
+    prefix="memalign_", scoped=True, placeholder="%s", order="ord", by_key="ord", episode_id="id",
     unreflected="NOT reflected", renumber_history=True,
 )  # fmt: skip
 

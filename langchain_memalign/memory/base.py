@@ -410,7 +410,7 @@ class Store(ABC):
         """Stored feedback by id (missing ids are absent from the result)."""
         with self._reading("feedback"):
             rows = self._select_in(
-                "SELECT id, payload FROM {p}feedback {a}id {in} ORDER BY {ord}", ids
+                "SELECT id, payload FROM {p}feedback {a}id {in} ORDER BY {by_key}", ids
             )
             return {fid: self._decode(p) for fid, p in rows}
 
