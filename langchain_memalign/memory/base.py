@@ -391,9 +391,12 @@ class Store(ABC):
             yield text.replace("{in}", f"IN ({','.join('?' * len(chunk))})"), list(chunk)
 
     def _select_in(self, text: str, ids: Iterable[Any]) -> list[tuple[Any, ...]]:
+        """The rows of a query whose `{in}` tests `ids`: one version, however many chunks."""
+        statements = list(self._in(text, ids))
         rows: list[tuple[Any, ...]] = []
-        for sql, args in self._in(text, ids):
-            rows += self._select(sql, (*self._scope, *args))
+        with self._snapshot() if len(statements) > 1 else contextlib.nullcontext():
+            for sql, args in statements:
+                rows += self._select(sql, (*self._scope, *args))
         return rows
 
     # -- feedback ------------------------------------------------------------------
