@@ -22,11 +22,13 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from langchain_memalign._redact import redact_logs, scrub_exception
 from langchain_memalign.errors import (
@@ -38,7 +40,10 @@ from langchain_memalign.errors import (
     MemoryReadOnlyError,
     MemoryUnavailableError,
 )
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory._codec import _matrix, _now, _vec_blob, encode_feedback
 from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
+from langchain_memalign.memory._sql import POSTGRES
 from langchain_memalign.memory._store_base import SCHEMA_VERSION
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import PostgresTarget, is_postgres_url
@@ -291,6 +296,9 @@ class _Unit:
 class PostgresBase(Store):
     """Connections, transactions, locks and meta values of one judge's memory in PostgreSQL."""
 
+    dialect = POSTGRES
+    _row_meta = _ROW_META
+
     # Other processes and machines write the same judge.
     shared = True
     stores_nul = False
@@ -301,6 +309,7 @@ class PostgresBase(Store):
         self._pool_timeout: type[Exception] = psycopg_pool.PoolTimeout
         self.target = target
         self.judge = target.judge
+        self._scope = (target.judge,)
         self.staleness = target.staleness
         self._local = threading.local()
         # The running `atomic` unit, seen by the thread that opened it and by the threads
@@ -801,3 +810,116 @@ class PostgresBase(Store):
         if seq is None:
             raise MemoryFormatError(f"{self._where()}: the judge's memory was deleted")
         return int(seq)
+
+    # -- running the shared SQL (`_sql`) --------------------------------------------
+
+    def _select(
+        self, text: str, args: Sequence[Any] = (), *, binary: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """The rows of a query in the shared SQL.
+
+        `binary`: fetch in PostgreSQL's binary format (vectors arrive as raw
+        bytes, half the transfer of bytea's hex text).
+        """
+        with self._conn() as conn:
+            return list(conn.execute(self.dialect.sql(text), args, binary=binary).fetchall())
+
+    def _run_many(self, conn: Any, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a write in the shared SQL once per parameter row."""
+        with conn.cursor() as cur:
+            cur.executemany(self.dialect.sql(text), list(rows))
+
+    # -- feedback and episodes: what the change records make PostgreSQL's own ----------
+
+    def put_feedback(self, conn: Any, fb: Feedback, *, reflected: bool) -> None:
+        """Insert or replace one feedback item (inside a transaction)."""
+        conn.execute(
+            "INSERT INTO memalign_feedback(judge, id, payload, content_hash, reflected, "
+            "updated_at, changed_seq) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (judge, id) DO UPDATE SET payload=excluded.payload, "
+            "content_hash=excluded.content_hash, reflected=excluded.reflected, "
+            "updated_at=excluded.updated_at, changed_seq=excluded.changed_seq",
+            (self.judge, fb.id, encode_feedback(fb), fb.content_hash(), reflected, _now(),
+             self._seq()),
+        )  # fmt: skip
+
+    def delete_feedback(self, conn: Any, ids: Iterable[str]) -> None:
+        """Delete feedback and (by cascade) its episodes, leaving the episodes' ids only."""
+        ids = list(ids)
+        conn.execute(
+            "INSERT INTO memalign_removed_episodes(judge, seq, episode_id) "
+            "SELECT judge, %s, id FROM memalign_episodes WHERE judge=%s AND feedback_id = ANY(%s)",
+            (self._seq(), self.judge, ids),
+        )
+        conn.execute(
+            "DELETE FROM memalign_feedback WHERE judge=%s AND id = ANY(%s)", (self.judge, ids)
+        )
+
+    def put_episode(
+        self, conn: Any, feedback_id: str, text_hash: str, vector: np.ndarray
+    ) -> tuple[int, int | None]:
+        """Store an episode's vector; return (new id, replaced id or None).
+
+        A changed vector gets a fresh id (an identity column never reuses
+        one) and the old id is recorded as removed, so other processes drop
+        it from their index.
+        """
+        seq = self._seq()
+        old = conn.execute(
+            "DELETE FROM memalign_episodes WHERE judge=%s AND feedback_id=%s RETURNING id",
+            (self.judge, feedback_id),
+        ).fetchone()
+        if old is not None:
+            conn.execute(
+                "INSERT INTO memalign_removed_episodes(judge, seq, episode_id) VALUES (%s, %s, %s)",
+                (self.judge, seq, old[0]),
+            )
+        new = conn.execute(
+            "INSERT INTO memalign_episodes(judge, feedback_id, text_hash, vector, added_seq) "
+            "VALUES (%s, %s, %s, %s, %s) RETURNING id",
+            (self.judge, feedback_id, text_hash, _vec_blob(vector), seq),
+        ).fetchone()
+        return int(new[0]), None if old is None else int(old[0])
+
+    def episode_changes(self, since: int) -> tuple[list[int], list[int], np.ndarray | None]:
+        """Episodes removed and added by the commits after version `since`.
+
+        Returns (removed ids, added ids, added vectors); ids only for removed
+        episodes, whose rows (and text) are gone.
+        """
+        with self._reading("episode changes"):
+            removed = [
+                int(r[0])
+                for r in self._rows(
+                    "SELECT episode_id FROM memalign_removed_episodes WHERE judge=%s AND seq > %s",
+                    (since,),
+                )
+            ]
+            added = self._rows(
+                "SELECT id, vector FROM memalign_episodes WHERE judge=%s AND added_seq > %s "
+                "ORDER BY id",
+                (since,),
+                binary=True,
+            )
+            ids, mat = _matrix(added)
+            return removed, ids, mat
+
+    def episodes_by_rowid(self, rowids: list[int], as_of: int | None = None) -> dict[int, Feedback]:
+        """The feedback behind episode ids, as of version `as_of` (default: the newest).
+
+        Other processes' commits keep no before-images here, so a reader at
+        an older version gets the episodes that version and the newest share:
+        an episode removed or changed by a later commit is left out rather
+        than shown in its newer form (and never with text of unaligned feedback).
+        """
+        if not rowids:
+            return {}
+        with self._reading("episodes"):
+            rows = self._rows(
+                "SELECT e.id, f.payload FROM memalign_episodes e JOIN memalign_feedback f "
+                "ON f.judge = e.judge AND f.id = e.feedback_id "
+                "WHERE e.judge=%s AND e.id = ANY(%s) "
+                "AND (%s::bigint IS NULL OR (f.changed_seq <= %s AND e.added_seq <= %s))",
+                (list(rowids), as_of, as_of, as_of),
+            )
+        return {int(r): self._decode(p) for r, p in rows}

@@ -23,10 +23,12 @@ import sqlite3
 import stat
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from langchain_memalign.errors import (
     MemAlignError,
@@ -35,10 +37,13 @@ from langchain_memalign.errors import (
     MemoryFullError,
     MemoryReadOnlyError,
 )
+from langchain_memalign.feedback import Feedback
+from langchain_memalign.memory._codec import _matrix, _vec_blob
 
 # `_now` and `encode_feedback` are re-exported: code elsewhere imports them from here.
 from langchain_memalign.memory._codec import _now as _now
 from langchain_memalign.memory._codec import encode_feedback as encode_feedback
+from langchain_memalign.memory._sql import SQLITE
 from langchain_memalign.memory._sqlite_schema import refuse_links
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import is_postgres_url
@@ -298,6 +303,8 @@ def holding_memory_file(folder: Path) -> Iterator[str]:
 class StoreBase(Store):
     """Connection, lock, error mapping, meta table and transactions of a SQLite memory."""
 
+    dialect = SQLITE
+
     def __init__(self, conn: sqlite3.Connection, folder: Path | None) -> None:
         self._conn = conn
         self.folder = folder
@@ -338,11 +345,6 @@ class StoreBase(Store):
         with self.lock:
             self._conn.close()
             self._closed = True
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close` was called."""
-        return self._closed
 
     @contextmanager
     def consistent(self) -> Iterator[None]:
@@ -440,15 +442,6 @@ class StoreBase(Store):
                 raise sqlite_error(
                     e, where, f"{where}: cannot write {', '.join(values)} ({e})"
                 ) from e
-
-    def change_seq(self) -> int:
-        """The number of committed changes (the memory's version number)."""
-        seq = self.get_meta("change_seq")
-        if seq is None:
-            return 0
-        if type(seq) is not int or seq < 0:
-            raise MemoryFormatError(f"{self._where()}: meta.change_seq is {seq!r}, not a count")
-        return seq
 
     def _data_version(self) -> int:
         """SQLite's count of other connections' commits (`PRAGMA data_version`).
@@ -612,7 +605,7 @@ class StoreBase(Store):
     #: A folder runs one align or unalign as one transaction (`atomic`).
     supports_atomic = True
 
-    def _remember(self, conn: sqlite3.Connection, where: str, args: list[Any]) -> None:
+    def _keep_before(self, conn: Any, where: str, args: list[Any]) -> None:
         """Keep the payloads of episodes a transaction is about to change (first write wins)."""
         if self._tx_before is None or not args:
             return
@@ -633,6 +626,120 @@ class StoreBase(Store):
         with self.lock:
             self._versions = [(seq, before) for seq, before in self._versions if seq > up_to]
 
+    # -- running the shared SQL (`_sql`) ------------------------------------------
+
+    def _select(
+        self, text: str, args: Sequence[Any] = (), *, binary: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """The rows of a query in the shared SQL (one connection: under the store lock)."""
+        with self.lock:
+            return self._conn.execute(self.dialect.sql(text), args).fetchall()
+
+    def _run_many(self, conn: Any, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a write in the shared SQL once per parameter row."""
+        conn.executemany(self.dialect.sql(text), rows)
+
+    def _snapshot(self) -> AbstractContextManager[Any]:
+        """Several reads see one version: this process's writes wait for the store lock."""
+        return self.lock
+
+    # -- episodes: what the before-images make SQLite's own ---------------------------
+
+    def put_episode(
+        self, conn: sqlite3.Connection, feedback_id: str, text_hash: str, vector: np.ndarray
+    ) -> tuple[int, int | None]:
+        """Store an episode's vector; return (new row id, replaced row id or None).
+
+        A changed vector gets a fresh row id (AUTOINCREMENT never reuses one),
+        so an approximate index can tombstone the old id instead of editing
+        its graph in place.
+        """
+        old = conn.execute(
+            "SELECT rowid FROM episodes WHERE feedback_id=?", (feedback_id,)
+        ).fetchone()
+        if old is not None:
+            self._keep_before(conn, "e.rowid = ?", [old[0]])
+            conn.execute("DELETE FROM episodes WHERE rowid=?", (old[0],))
+        cur = conn.execute(
+            "INSERT INTO episodes(feedback_id, text_hash, vector) VALUES(?, ?, ?)",
+            (feedback_id, text_hash, _vec_blob(vector)),
+        )
+        assert cur.lastrowid is not None
+        return int(cur.lastrowid), None if old is None else int(old[0])
+
+    def external_episode_changes(
+        self, indexed: Callable[[], np.ndarray], *, record: bool = True
+    ) -> tuple[list[int], list[int], np.ndarray | None] | None:
+        """Episodes that other processes' commits removed and added, against an index.
+
+        A folder's commits record no list of changed episodes (as PostgreSQL's
+        do), so they are computed, and only when another connection committed
+        since the memory last caught up (`PRAGMA data_version`): the stored
+        episode ids against the index's (`indexed()`), and the vectors of the
+        added ones. Ids are never reused (AUTOINCREMENT), so a changed episode
+        shows as its old id removed and its new id added. `record=False` (a
+        judgment's private view, whose base index may lack commits the memory
+        caught up with meanwhile) computes them whatever moved and notes
+        nothing. In process, no other connection exists: None.
+        """
+        if self.folder is None:
+            return None
+        with self.lock:
+            seen = self._data_version()
+            if record and seen == self._synced_data_version:
+                return None
+            have = np.asarray(indexed(), dtype=np.int64)
+            with self._reading("episodes"):
+                stored = np.fromiter(
+                    (int(r[0]) for r in self._conn.execute("SELECT rowid FROM episodes")),
+                    dtype=np.int64,
+                )
+                removed = np.setdiff1d(have, stored).tolist()
+                rows: list[tuple[Any, ...]] = []
+                todo = np.setdiff1d(stored, have).tolist()
+                for i in range(0, len(todo), 500):
+                    chunk = todo[i : i + 500]
+                    rows += self._conn.execute(
+                        f"SELECT rowid, vector FROM episodes WHERE rowid IN "
+                        f"({','.join('?' * len(chunk))}) ORDER BY rowid",
+                        chunk,
+                    ).fetchall()
+                added, vectors = _matrix(rows)
+            if record:
+                self._synced_data_version = seen
+            return removed, added, vectors
+
+    def episodes_by_rowid(self, rowids: list[int], as_of: int | None = None) -> dict[int, Feedback]:
+        """The feedback behind episode row ids, as of version `as_of` (default: the newest).
+
+        A reader holding an older version of the memory (a judgment running
+        while an align or unalign commits) gets that version's episodes: rows
+        changed or deleted by later commits come from the before-images those
+        commits kept. Past the last 64 commits the newest rows are returned.
+        """
+        if not rowids:
+            return {}
+        q = ",".join("?" * len(rowids))
+        with self.lock:
+            with self._reading("episodes"):
+                rows: dict[int, Any] = {
+                    int(r): p
+                    for r, p in self._conn.execute(
+                        f"SELECT e.rowid, f.payload FROM episodes e JOIN feedback f "
+                        f"ON f.id = e.feedback_id WHERE e.rowid IN ({q})",
+                        rowids,
+                    )
+                }
+            if as_of is not None and self._versions and self._versions[0][0] <= as_of + 1:
+                wanted, seen = set(rowids), set[int]()
+                for seq, before in self._versions:
+                    if seq <= as_of:
+                        continue
+                    for r in wanted.intersection(before).difference(seen):
+                        rows[r] = before[r]
+                        seen.add(r)
+        return {r: self._decode(p) for r, p in rows.items()}
+
 
 def _connect(db: Path | str) -> sqlite3.Connection:
     """A connection to a memory database (`":memory:"`: in process), schema untrusted.
@@ -650,8 +757,3 @@ def _connect(db: Path | str) -> sqlite3.Connection:
     except (sqlite3.DatabaseError, ValueError) as e:  # ValueError: undecodable schema text
         raise sqlite_error(e, str(db), f"{db}: cannot open MemAlign memory ({e})") from e
     return conn
-
-
-def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]

@@ -1,8 +1,8 @@
 """Copies of a memory between backends: every row of it, and its SQLite form.
 
 `MemoryDump` holds every row of one memory in the stored form both backends
-share (`Store.dump`, `Store.replace_with`). This module reads one from a
-SQLite database (`dump_sqlite`) and writes one into a SQLite database
+share (`Store.dump`, read by the shared SQL of `_sql`, and
+`Store.replace_with`). This module writes one into a SQLite database
 (`insert_rows`), a new file (`write_sqlite`) or, atomically, a memory
 folder (`write_sqlite_folder`), which is how a database memory is saved to
 a folder.
@@ -29,7 +29,7 @@ from langchain_memalign.memory._store_base import (
 
 PrequentialRow = tuple[int, str, str, str | None, str | None, str | None, str | None, int | None]
 
-__all__ = ["MemoryDump", "dump_sqlite", "insert_rows", "write_sqlite", "write_sqlite_folder"]
+__all__ = ["MemoryDump", "insert_rows", "write_sqlite", "write_sqlite_folder"]
 
 
 @dataclass
@@ -50,48 +50,6 @@ class MemoryDump:
     # The agreement series, oldest first: (seq, at, kind, feedback_id, judge value JSON,
     # expert value JSON, source, learned); see `_codec_prequential`.
     prequential: list[PrequentialRow] = field(default_factory=list)
-
-
-def dump_sqlite(conn: sqlite3.Connection) -> MemoryDump:
-    """Every row of a SQLite memory (the caller holds its lock)."""
-    d = MemoryDump()
-    d.meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
-    d.feedback = [
-        (i, p, h, bool(r), u)
-        for i, p, h, r, u in conn.execute(
-            "SELECT id, payload, content_hash, reflected, updated_at FROM feedback ORDER BY rowid"
-        )
-    ]
-    d.episodes = [
-        (int(r), f, t, bytes(v))
-        for r, f, t, v in conn.execute(
-            "SELECT rowid, feedback_id, text_hash, vector FROM episodes ORDER BY rowid"
-        )
-    ]
-    d.guidelines = [
-        (i, t, None if v is None else bytes(v), c, int(p))
-        for i, t, v, c, p in conn.execute(
-            "SELECT id, text, vector, created_at, position FROM guidelines ORDER BY position, rowid"
-        )
-    ]
-    d.sources = list(
-        conn.execute("SELECT guideline_id, feedback_id FROM guideline_sources ORDER BY rowid")
-    )
-    d.history = list(
-        conn.execute(
-            "SELECT seq, at, action, feedback_ids, guideline_ids FROM history ORDER BY seq"
-        )
-    )
-    # A version-1 file opened read-only has no series (`MemoryStore._upgrade`).
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name='prequential'").fetchone():
-        d.prequential = [
-            (int(n), at, k, f, j, e, s, None if learned is None else int(learned))
-            for n, at, k, f, j, e, s, learned in conn.execute(
-                "SELECT seq, at, kind, feedback_id, judge_value, expert_value, source, learned "
-                "FROM prequential ORDER BY seq"
-            )
-        ]
-    return d
 
 
 def insert_rows(conn: sqlite3.Connection, d: MemoryDump, meta: dict[str, Any]) -> None:

@@ -27,9 +27,9 @@ What differs from a folder, and why:
 
 This module opens a judge's memory (creating the tables and the judge when
 asked) and copies it to and from other backends. The rest is in the classes
-it combines: `_pg_base` (connections, transactions, locks, meta),
-`_pg_feedback` (feedback and episodes) and `_pg_guidelines` (guidelines and
-history), over the tables of `_pg_schema`. Parsing a URL is `location`'s.
+it combines: `_pg_base` (connections, transactions, locks, meta, the
+episodes' change records) and the SQL both database backends share
+(`_sql`), over the tables of `_pg_schema`. Parsing a URL is `location`'s.
 
 psycopg 3 and psycopg_pool are an optional extra; a `postgresql://` URL
 without them raises `MemoryFormatError` naming the extra to install.
@@ -40,14 +40,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError, MemoryPermissionError
-from langchain_memalign.memory._pg_base import INSTALL_HINT, PRIVILEGES_HINT, safe_cause
-from langchain_memalign.memory._pg_feedback import PostgresFeedbackTables
-from langchain_memalign.memory._pg_guidelines import PostgresGuidelineTables
-from langchain_memalign.memory._pg_prequential import PostgresPrequentialTables
+from langchain_memalign.memory._pg_base import (
+    INSTALL_HINT,
+    PRIVILEGES_HINT,
+    PostgresBase,
+    safe_cause,
+)
 from langchain_memalign.memory._pg_schema import (
     _LOCK_CLASS,
     _PG_SCHEMA,
@@ -60,9 +61,7 @@ from langchain_memalign.memory._pg_schema import (
 from langchain_memalign.memory.backends import memory_exists
 from langchain_memalign.memory.dump import (
     MemoryDump,
-    dump_sqlite,
     write_sqlite,
-    write_sqlite_folder,
 )
 from langchain_memalign.memory.location import (
     PostgresTarget,
@@ -78,7 +77,6 @@ __all__ = [
     "PostgresStore",
     "PostgresTarget",
     "describe_location",
-    "dump_sqlite",
     "is_postgres_url",
     "memory_exists",
     "redact",
@@ -86,7 +84,7 @@ __all__ = [
 ]
 
 
-class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPrequentialTables):
+class PostgresStore(PostgresBase):
     """One judge's memory in a PostgreSQL database (see the module doc)."""
 
     # -- opening ---------------------------------------------------------------------
@@ -247,66 +245,6 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
 
     # -- copies between backends -------------------------------------------------------
 
-    def dump(self) -> MemoryDump:
-        """Every row of this judge's memory, read at one version."""
-        d = MemoryDump()
-        with self._reading("the memory"), self.consistent():
-            d.meta = {
-                k: json.loads(v)
-                for k, v in self._rows("SELECT key, value FROM memalign_meta WHERE judge=%s")
-            }
-            for key in _ROW_META:
-                d.meta[key] = self.get_meta(key)
-            d.feedback = [
-                (i, p, h, bool(r), u)
-                for i, p, h, r, u in self._rows(
-                    "SELECT id, payload, content_hash, reflected, updated_at "
-                    "FROM memalign_feedback WHERE judge=%s ORDER BY ord"
-                )
-            ]
-            d.episodes = [
-                (int(i), f, t, bytes(v))
-                for i, f, t, v in self._rows(
-                    "SELECT id, feedback_id, text_hash, vector FROM memalign_episodes "
-                    "WHERE judge=%s ORDER BY id"
-                )
-            ]
-            d.guidelines = [
-                (i, t, None if v is None else bytes(v), c, int(p))
-                for i, t, v, c, p in self._rows(
-                    "SELECT id, text, vector, created_at, position FROM memalign_guidelines "
-                    "WHERE judge=%s ORDER BY position, ord"
-                )
-            ]
-            d.sources = [
-                (g, f)
-                for g, f in self._rows(
-                    "SELECT guideline_id, feedback_id FROM memalign_guideline_sources "
-                    "WHERE judge=%s ORDER BY ord"
-                )
-            ]
-            d.history = [
-                (n, at, a, f, g)
-                for n, (at, a, f, g) in enumerate(
-                    self._rows(
-                        "SELECT at, action, feedback_ids, guideline_ids FROM memalign_history "
-                        "WHERE judge=%s ORDER BY seq"
-                    ),
-                    start=1,
-                )
-            ]
-            d.prequential = [
-                (n, at, k, f, j, e, src, learned)
-                for n, (at, k, f, j, e, src, learned) in enumerate(
-                    self._rows(
-                        "SELECT at, kind, feedback_id, judge_value, expert_value, source, "
-                        "learned FROM memalign_prequential WHERE judge=%s ORDER BY seq"
-                    ),
-                    start=1,
-                )
-            ]
-        return d
-
     def replace_with(self, d: MemoryDump, check: Callable[[], None] | None = None) -> None:
         """Make this judge's memory a copy of `d`, in one transaction (one new version).
 
@@ -378,11 +316,3 @@ class PostgresStore(PostgresFeedbackTables, PostgresGuidelineTables, PostgresPre
                     "UPDATE memalign_judges SET memory_id=%s WHERE name=%s",
                     (d.meta["memory_id"], self.judge),
                 )
-
-    def backup_to(self, folder: Path, *, exclusive: bool = False) -> None:
-        """Write this judge's memory into `folder` as a SQLite memory, atomically.
-
-        Episode ids are kept as the SQLite row ids, so an index built from
-        either copy has the same ids. `exclusive`: see `Store.backup_to`.
-        """
-        write_sqlite_folder(folder, self.dump(), exclusive=exclusive)

@@ -13,10 +13,9 @@ foreign database raises `MemoryFormatError` naming the problem, never a raw
 This module holds `MemoryStore` itself, the SQLite backend of the `Store`
 contract (`base`): opening, creating and checking a memory file, writing
 atomic snapshots of it and copying it to and from other backends. Its
-tables are read and written by the classes it combines, in `_store_base`
-(schema, connection, error mapping, meta and transactions),
-`_store_feedback` (feedback and episodes) and `_store_guidelines`
-(guidelines and history).
+tables are read and written by `_store_base` (schema, connection, error
+mapping, meta, transactions and the episodes' before-images) and by the SQL
+both database backends share (`_sql`).
 """
 
 from __future__ import annotations
@@ -54,10 +53,7 @@ from langchain_memalign.memory._store_base import (
     sqlite_error,
     storage_refusal,
 )
-from langchain_memalign.memory._store_feedback import FeedbackTables
-from langchain_memalign.memory._store_guidelines import GuidelineTables
-from langchain_memalign.memory._store_prequential import PrequentialTables
-from langchain_memalign.memory.dump import MemoryDump, dump_sqlite, insert_rows
+from langchain_memalign.memory.dump import MemoryDump, insert_rows
 
 __all__ = [
     "DB_FILE",
@@ -71,7 +67,7 @@ __all__ = [
 ]
 
 
-class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
+class MemoryStore(StoreBase):
     """Thread-safe access to one memory database (a file or in process)."""
 
     # -- opening -----------------------------------------------------------------
@@ -216,11 +212,6 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
 
     # -- copies ---------------------------------------------------------------------
 
-    def dump(self) -> MemoryDump:
-        """Every row of this memory, read at one version."""
-        with self.consistent(), self._reading("the memory"):
-            return dump_sqlite(self._conn)
-
     def replace_with(self, d: MemoryDump, check: Callable[[], None] | None = None) -> None:
         """Make this memory a copy of `d`, in one transaction (one new version).
 
@@ -234,7 +225,7 @@ class MemoryStore(FeedbackTables, GuidelineTables, PrequentialTables):
             if check is not None:
                 check()
             # Every episode (row ids start at 1): readers of older versions keep them.
-            self._remember(conn, "e.rowid > ?", [0])
+            self._keep_before(conn, "e.rowid > ?", [0])
             # The others go by cascade; the series' align marks go with no feedback.
             for table in ("prequential", "guidelines", "feedback", "history"):
                 conn.execute(f"DELETE FROM {table}")
