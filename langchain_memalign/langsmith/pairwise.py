@@ -66,6 +66,12 @@ class PreferenceRead:
     """Groups that were incomplete, not human, unreadable, or stated no preference."""
     model_feedback: int = 0
     """Records not written by a person (e.g. a model evaluator's), left out."""
+    verdicts: dict[str, str] = field(default_factory=dict)
+    """A model evaluator's verdict on an item's pair of runs, by item id: from a
+    complete group of model feedback (e.g. `comparative_evaluator`'s) on the same key,
+    runs and comparison, the latest if several. Pass it as `align`'s `prior_verdicts`
+    (with `prior_source="langsmith"`) to record how often the judge agreed with the
+    people before learning from them."""
 
 
 class _Skip(Exception):
@@ -111,8 +117,6 @@ def _label(score_a: Any, score_b: Any) -> str | None:
     """A, B or tie from the two runs' scores; None when they state no preference."""
     if not isinstance(score_a, int | float) or not isinstance(score_b, int | float):
         return None
-    if isinstance(score_a, bool) or isinstance(score_b, bool):
-        score_a, score_b = float(score_a), float(score_b)
     # LangSmith's comparison view prefers the higher score; equal scores prefer neither.
     if score_a > score_b:
         return "A"
@@ -145,7 +149,12 @@ def read_preferences(
     that does not hold exactly one record for a run of each experiment; a group whose
     runs or example cannot be read; a group whose scores are missing. Records not of
     `source_types` (a model evaluator's, such as `comparative_evaluator`'s) are left
-    out and counted in `model_feedback`.
+    out and counted in `model_feedback`; a model's verdict on the same pair of runs is
+    in `verdicts`, for `align`'s `prior_verdicts`.
+
+    Each reviewer's group is its own item, so two people who compared the same pair
+    give two items (with their annotators). Records updated in place (a changed score or
+    comment) update their item; a new group is a new item.
 
     Args:
         client: The `langsmith.Client` to read with.
@@ -167,14 +176,18 @@ def read_preferences(
     wanted = {s.lower() for s in source_types}
     read = PreferenceRead()
     groups: dict[str, list[ls_schemas.Feedback]] = {}
+    model_groups: dict[str, list[ls_schemas.Feedback]] = {}
     for fb in client.list_feedback(feedback_key=[key], comparative_experiment_id=cid):
         # The filter is the server's; checking again keeps a server that ignores an
         # unknown filter from mixing in other comparisons.
         if str(fb.comparative_experiment_id or "") != cid or fb.key != key:
             continue
         source = fb.feedback_source
-        if str(getattr(source, "type", "") or "").lower() not in wanted:
+        source_type = str(getattr(source, "type", "") or "").lower()
+        if source_type not in wanted:
             read.model_feedback += 1
+            if source_type == "model" and fb.feedback_group_id is not None:
+                model_groups.setdefault(str(fb.feedback_group_id), []).append(fb)
             continue
         if fb.feedback_group_id is None:
             read.skipped.append(
@@ -190,7 +203,30 @@ def read_preferences(
         except _Skip as skip:
             fids = tuple(sorted(str(r.id) for r in records))
             read.skipped.append(SkippedPreference(gid, fids, str(skip)))
+    read.verdicts = _model_verdicts(read.items, model_groups)
     return read
+
+
+def _model_verdicts(
+    items: Sequence[Feedback], model_groups: dict[str, list[ls_schemas.Feedback]]
+) -> dict[str, str]:
+    """The latest complete model verdict on each item's two runs, by item id."""
+    latest: dict[frozenset[str], tuple[str, dict[str, Any]]] = {}
+    for records in model_groups.values():
+        scores = {str(r.run_id): r.score for r in records if r.run_id is not None}
+        if len(records) != 2 or len(scores) != 2:
+            continue  # incomplete, or two scores for one run: no verdict on a pair
+        stamp = max(str(r.created_at or "") for r in records)
+        pair = frozenset(scores)
+        if pair not in latest or stamp >= latest[pair][0]:
+            latest[pair] = (stamp, scores)
+    verdicts: dict[str, str] = {}
+    for item in items:
+        run_a, run_b = item.metadata["langsmith"]["run_ids"]
+        found = latest.get(frozenset((run_a, run_b)))
+        if found is not None and (label := _label(found[1][run_a], found[1][run_b])):
+            verdicts[item.id] = label
+    return verdicts
 
 
 def _item(

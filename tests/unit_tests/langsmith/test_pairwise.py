@@ -215,10 +215,18 @@ def test_model_feedback_is_left_out(comparison: Comparison, client: Client) -> N
     assert read.model_feedback == 0  # evaluate made a comparative experiment of its own
     [item] = read.items
     assert item.value == "A"
-    # The model's verdicts filed under this comparison are left out too.
+    # The model's verdicts filed under this comparison are left out too, and kept
+    # beside the people's preference on the same pair as the judge's prior verdict.
     comparison.prefer("store hours?", (0.0, 1.0), source_type="model")
+    comparison.prefer("track my order", (1.0, 0.0), source_type="model")
+    comparison.prefer("track my order", (0.0, 1.0), source_type="model")  # the latest
     read = read_preferences(client, comparison.experiment, key=KEY)
-    assert read.model_feedback == 2 and len(read.items) == 1 and read.skipped == []
+    assert read.model_feedback == 6 and len(read.items) == 1 and read.skipped == []
+    assert read.verdicts == {item.id: "B"}
+    fresh = _judge()
+    fresh.align(read.items, prior_verdicts=read.verdicts, prior_source="langsmith")
+    [point] = fresh.agreement_history().points
+    assert (point.judge, point.expert, point.source) == ("B", "A", "langsmith")
 
 
 def test_incomplete_and_scoreless_groups_are_skipped_and_reported(
