@@ -241,10 +241,26 @@ def test_incomplete_and_scoreless_groups_are_skipped_and_reported(
             run.id, KEY, value="meh", comparative_experiment_id=comparison.experiment.id,
             feedback_group_id=empty, session_id=run.session_id,
         )  # fmt: skip
+    # A run that is gone, and a run of an experiment outside the comparison.
+    gone, stray = uuid.uuid4(), uuid.uuid4()
+    first, _ = comparison.runs["reset my password"]
+    ghost = str(uuid.uuid4())
+    third = langsmith.evaluate(_polite, data="support", client=client)
+    [other] = [
+        r for r in client.list_runs(project_name=third.experiment_name)
+        if r.inputs["question"] == "reset my password"
+    ]  # fmt: skip
+    for group, run_id in ((gone, ghost), (gone, str(first.id)), (stray, str(other.id))):
+        comparison.server.add_feedback(
+            run_id, KEY, user="ana", score=1.0, feedback_source={"type": "app"},
+            comparative_experiment_id=str(comparison.experiment.id), feedback_group_id=str(group),
+        )  # fmt: skip
     read = read_preferences(client, comparison.experiment, key=KEY)
     assert read.items == []
     reasons = {s.feedback_group_id: s.reason for s in read.skipped}
     assert reasons == {
         str(half): "incomplete: 1 of the 2 runs scored",
         str(empty): "the scores state no preference",
+        str(gone): f"run {ghost} was not found",
+        str(stray): f"run {other.id} is in neither experiment of the comparison",
     }
