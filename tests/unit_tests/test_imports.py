@@ -174,6 +174,11 @@ EXPECTED_MODULE_ALL = {
         "split_train_test",
     ],
     "langchain_memalign.evaluation.plots": ["plot_agreement_history", "plot_curves"],
+    "langchain_memalign.langsmith.pairwise": [
+        "PreferenceRead",
+        "SkippedPreference",
+        "read_preferences",
+    ],
     "langchain_memalign.langsmith.types": [
         "CompletedItems",
         "Conflict",
