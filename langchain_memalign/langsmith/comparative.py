@@ -23,9 +23,10 @@ PairPreparer = Callable[[Sequence[ls_schemas.Run], ls_schemas.Example | None], d
 _SCORES = {"A": (1.0, 0.0), "B": (0.0, 1.0), "tie": (0.5, 0.5)}
 
 
-def _default_pair(
+def default_pair(
     runs: Sequence[ls_schemas.Run], example: ls_schemas.Example | None
 ) -> dict[str, Any]:
+    """The case of two runs as a pairwise judge sees it: the first run's output is A."""
     first, second = runs
     return {
         "inputs": example.inputs if example else first.inputs,
@@ -63,7 +64,7 @@ def comparative_evaluator(
             f"comparative_evaluator needs a pairwise judge; {judge.config.name!r} grades "
             f"on a {judge.scale.kind} scale"
         )
-    build = prepare or _default_pair
+    build = prepare or default_pair
     key = judge.config.name
 
     # LangSmith passes `runs` and `example` to a function with exactly these parameters.

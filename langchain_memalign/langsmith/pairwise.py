@@ -34,7 +34,7 @@ from langsmith import schemas as ls_schemas
 from langsmith import utils as ls_utils
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.langsmith.comparative import PairPreparer, _default_pair
+from langchain_memalign.langsmith.comparative import PairPreparer, default_pair
 
 __all__ = ["PreferenceRead", "SkippedPreference", "read_preferences"]
 
@@ -172,7 +172,7 @@ def read_preferences(
         ValueError: The experiments' order is unknown, or there are not two of them.
     """
     cid, order = _experiment_order(comparative_experiment, experiments)
-    build = prepare or _default_pair
+    build = prepare or default_pair
     wanted = {s.lower() for s in source_types}
     read = PreferenceRead()
     groups: dict[str, list[ls_schemas.Feedback]] = {}
