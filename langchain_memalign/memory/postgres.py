@@ -58,6 +58,7 @@ from langchain_memalign.memory._pg_schema import (
 )
 
 # Some only re-exported (see `__all__`): code outside this package imports them from here.
+from langchain_memalign.memory._tables import COPIED
 from langchain_memalign.memory.backends import memory_exists
 from langchain_memalign.memory.dump import (
     MemoryDump,
@@ -265,11 +266,11 @@ class PostgresStore(PostgresBase):
                 (seq, self.judge),
             )
             # The series first: its align marks go with no feedback.
-            for table in (
+            for name in (
                 "memalign_prequential", "memalign_guidelines", "memalign_feedback",
                 "memalign_history",
             ):  # fmt: skip
-                conn.execute(f"DELETE FROM {table} WHERE judge=%s", (self.judge,))
+                conn.execute(f"DELETE FROM {name} WHERE judge=%s", (self.judge,))
             conn.execute("DELETE FROM memalign_meta WHERE judge=%s", (self.judge,))
             with conn.cursor() as cur:
                 cur.executemany(
@@ -280,37 +281,8 @@ class PostgresStore(PostgresBase):
                         if k not in (*_ROW_META, "schema_version")
                     ],
                 )
-                cur.executemany(
-                    "INSERT INTO memalign_feedback(judge, id, payload, content_hash, reflected, "
-                    "updated_at, changed_seq) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(self.judge, *row, seq) for row in d.feedback],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_episodes(judge, feedback_id, text_hash, vector, "
-                    "added_seq) VALUES (%s, %s, %s, %s, %s)",
-                    [(self.judge, f, t, v, seq) for _, f, t, v in d.episodes],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_guidelines(judge, id, text, vector, created_at, "
-                    "position) VALUES (%s, %s, %s, %s, %s, %s)",
-                    [(self.judge, *row) for row in d.guidelines],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_guideline_sources(judge, guideline_id, feedback_id) "
-                    "VALUES (%s, %s, %s)",
-                    [(self.judge, g, f) for g, f in d.sources],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_history(judge, at, action, feedback_ids, "
-                    "guideline_ids) VALUES (%s, %s, %s, %s, %s)",
-                    [(self.judge, *row[1:]) for row in d.history],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_prequential(judge, at, kind, feedback_id, "
-                    "judge_value, expert_value, source, learned) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    [(self.judge, *row[1:]) for row in d.prequential],
-                )
+                for table in COPIED:
+                    cur.executemany(*table.pg_insert(self.judge, seq, d.rows(table)))
             if d.meta.get("memory_id"):
                 conn.execute(
                     "UPDATE memalign_judges SET memory_id=%s WHERE name=%s",
