@@ -38,22 +38,17 @@ class MemoryDump:
     """Every row of one memory, to copy it between backends (`save`).
 
     Each list holds its table's rows (`_tables`: the field is the table's `dump`)
-    with the table's copied columns (`Table.copied`), in the order it is read in.
+    with the table's copied columns (`Table.copied`: database-given numbers
+    first, then the stored values), in the order the table is read in (`order`).
     """
 
     meta: dict[str, Any] = field(default_factory=dict)
-    # (id, payload, content_hash, reflected, updated_at), oldest first
     feedback: list[Row] = field(default_factory=list)
-    # (episode id, feedback_id, text_hash, vector bytes)
     episodes: list[Row] = field(default_factory=list)
-    # (id, text, vector bytes or None, created_at, position), in order
     guidelines: list[Row] = field(default_factory=list)
-    # (guideline_id, feedback_id), in order
-    sources: list[Row] = field(default_factory=list)
-    # (seq, at, action, feedback_ids JSON, guideline_ids JSON), oldest first
+    sources: list[Row] = field(default_factory=list)  # of `guideline_sources`
     history: list[Row] = field(default_factory=list)
-    # The agreement series, oldest first: (seq, at, kind, feedback_id, judge value JSON,
-    # expert value JSON, source, learned); see `_codec_prequential`.
+    # The agreement series; its values are decoded by `_codec_prequential`.
     prequential: list[Row] = field(default_factory=list)
 
     def rows(self, table: Table) -> list[Row]:

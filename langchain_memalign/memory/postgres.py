@@ -29,7 +29,7 @@ This module opens a judge's memory (creating the tables and the judge when
 asked) and copies it to and from other backends. The rest is in the classes
 it combines: `_pg_base` (connections, transactions, locks, meta, the
 episodes' change records) and the SQL both database backends share
-(`_sql`), over the tables of `_pg_schema`. Parsing a URL is `location`'s.
+(`_sql`), over the tables of `_tables`. Parsing a URL is `location`'s.
 
 psycopg 3 and psycopg_pool are an optional extra; a `postgresql://` URL
 without them raises `MemoryFormatError` naming the extra to install.
@@ -44,22 +44,17 @@ from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError, MemoryPermissionError
 from langchain_memalign.memory._pg_base import (
+    _LOCK_CLASS,
+    _ROW_META,
     INSTALL_HINT,
     PRIVILEGES_HINT,
     PostgresBase,
     safe_cause,
 )
-from langchain_memalign.memory._pg_schema import (
-    _LOCK_CLASS,
-    _PG_SCHEMA,
-    _PG_UPGRADES,
-    _ROW_META,
-    PG_SCHEMA_VERSION,
-)
+from langchain_memalign.memory._tables import COPIED, VERSION, pg_schema, pg_upgrade
+from langchain_memalign.memory.backends import memory_exists
 
 # Some only re-exported (see `__all__`): code outside this package imports them from here.
-from langchain_memalign.memory._tables import COPIED
-from langchain_memalign.memory.backends import memory_exists
 from langchain_memalign.memory.dump import (
     MemoryDump,
     write_sqlite,
@@ -70,6 +65,13 @@ from langchain_memalign.memory.location import (
     is_postgres_url,
     redact,
 )
+
+# The version of the tables; a database with another refuses to open, except an
+# older one that `_PG_UPGRADES` brings to this version (on open).
+PG_SCHEMA_VERSION = VERSION
+_PG_SCHEMA = pg_schema()
+# What brings a database of an older version to the next one, by its version.
+_PG_UPGRADES = {version: pg_upgrade(version) for version in range(1, VERSION)}
 
 __all__ = [
     "INSTALL_HINT",
