@@ -359,23 +359,14 @@ class StoreBase(Store):
 
     def set_meta(self, key: str, value: Any) -> None:
         """Set a JSON value in the meta table (inside or outside a transaction)."""
-        with self.lock:
-            try:
-                self._conn.execute(
-                    "INSERT INTO meta(key, value) VALUES(?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                    (key, json.dumps(value, allow_nan=False)),
-                )
-            except sqlite3.ProgrammingError:  # a closed store: a usage error
-                raise
-            except sqlite3.DatabaseError as e:
-                where = self._where()
-                raise sqlite_error(e, where, f"{where}: cannot write meta.{key} ({e})") from e
+        self._write_meta({key: value}, f"meta.{key}")
 
     def set_metas(self, values: dict[str, Any]) -> None:
         """Set several JSON values in the meta table in one statement: all of them or none."""
-        if not values:
-            return
+        if values:
+            self._write_meta(values, ", ".join(values))
+
+    def _write_meta(self, values: dict[str, Any], what: str) -> None:
         with self.lock:
             try:
                 self._conn.execute(
@@ -388,9 +379,7 @@ class StoreBase(Store):
                 raise
             except sqlite3.DatabaseError as e:
                 where = self._where()
-                raise sqlite_error(
-                    e, where, f"{where}: cannot write {', '.join(values)} ({e})"
-                ) from e
+                raise sqlite_error(e, where, f"{where}: cannot write {what} ({e})") from e
 
     def _data_version(self) -> int:
         """SQLite's count of other connections' commits (`PRAGMA data_version`).
