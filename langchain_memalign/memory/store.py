@@ -51,8 +51,12 @@ from langchain_memalign.memory._store_base import (
     sqlite_error,
     storage_refusal,
 )
-from langchain_memalign.memory._tables import ADDED_LATER, upgrade_sqlite
+from langchain_memalign.memory._tables import ADDED_LATER, BY_NAME, upgrade_sqlite
 from langchain_memalign.memory.dump import MemoryDump, insert_rows
+
+# A file stuck at an older version (read-only) lacks the agreement series only if it
+# predates it: it is then read with an empty one.
+_SERIES_SINCE = BY_NAME["prequential"].since
 
 __all__ = [
     "DB_FILE",
@@ -184,15 +188,16 @@ class MemoryStore(StoreBase):
         """Bring a file of an older `version` to this one, adding what it lacks (empty).
 
         What each version added is `_tables`' (`upgrade_sqlite`; 2: the agreement
-        series). The content is unchanged, so the version number and the index cache stay
-        valid. A folder that cannot be written (read-only) stays at its version and
-        is read with an empty series; the version it is at is returned.
+        series). The content is unchanged, so the version number and the index
+        cache stay valid. A folder that cannot be written (read-only) stays at its
+        version (and, from before version 2, is read with an empty series); the
+        version it is at is returned.
         """
         with self.lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
-                self.series_missing = True
+                self.series_missing = version < _SERIES_SINCE
                 return version
             try:
                 upgrade_sqlite(self._conn, version)
@@ -206,7 +211,7 @@ class MemoryStore(StoreBase):
             ):
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
-                self.series_missing = True
+                self.series_missing = version < _SERIES_SINCE
                 return version
         return SCHEMA_VERSION
 
