@@ -42,12 +42,19 @@ from langchain_memalign.errors import (
 )
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.memory._codec import _matrix, _now, _vec_blob, encode_feedback
-from langchain_memalign.memory._pg_schema import _LOCK_CLASS, _ROW_META
 from langchain_memalign.memory._sql import POSTGRES
 from langchain_memalign.memory._store_base import SCHEMA_VERSION
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import PostgresTarget, is_postgres_url
 
+# Several judges share one database, each under its name: every table holds a
+# `judge` column (the judge row in `memalign_judges` owns the rest, so deleting it
+# deletes the judge's memory; `_tables`). First key of the advisory locks this package
+# takes (the second is the judge's name hashed), so they do not collide with another
+# application's locks.
+_LOCK_CLASS = 0x4D41  # "MA"
+# Meta keys kept in the judge row rather than in `memalign_meta`.
+_ROW_META = ("memory_id", "change_seq", "content_version")
 INSTALL_HINT = "pip install 'langchain-memalign[postgres]'"
 PRIVILEGES_HINT = (
     "judging needs USAGE on the schema and SELECT on the memalign_* tables; align, "

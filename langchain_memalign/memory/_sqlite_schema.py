@@ -37,6 +37,7 @@ import stat
 from pathlib import Path
 
 from langchain_memalign.errors import MemoryFormatError
+from langchain_memalign.memory._tables import VERSION, sqlite_schema, upgrade_sqlite
 
 # The files SQLite writes next to a database: none may point out of the folder.
 _COMPANIONS = ("", "-journal", "-wal", "-shm")
@@ -111,6 +112,26 @@ def expected_entries(schema: str) -> frozenset[Entry]:
         conn.close()
 
 
+@functools.cache
+def _older_entries() -> frozenset[Entry]:
+    """The definitions files of older versions hold: as written then, and as upgraded since.
+
+    A column added later is appended to a table's definition by `ALTER TABLE`, in
+    SQLite's own spelling, so an upgraded table is read from a file upgraded here.
+    """
+    found: set[Entry] = set()
+    for version in range(1, VERSION):
+        conn = sqlite3.connect(":memory:")
+        try:
+            conn.executescript(sqlite_schema(version))
+            found.update(_entries(conn))
+            upgrade_sqlite(conn, version)
+            found.update(_entries(conn))
+        finally:
+            conn.close()
+    return frozenset(found)
+
+
 def _entries(conn: sqlite3.Connection) -> list[Entry]:
     return [
         (str(kind), str(name), str(table), _normalized(sql))
@@ -135,8 +156,10 @@ def check_schema(
 ) -> None:
     """Refuse a database whose schema is not exactly `schema`'s, before anything runs.
 
-    Reads `sqlite_master` only: parsing a schema runs none of it. With
-    `partial`, entries of `schema` may be missing (a new file, or one whose
+    A definition of an older format version (`_older_entries`) is accepted too:
+    the caller upgrades the file once it has read its version. Reads
+    `sqlite_master` only: parsing a schema runs none of it. With `partial`,
+    entries of `schema` may be missing (a new file, or one whose
     creation was interrupted: `create` adds them); otherwise only those of
     older versions may (see `_OPTIONAL`), and the (type, name) entries in
     `optional` (what a later format version added: the caller upgrades the
@@ -144,13 +167,13 @@ def check_schema(
     """
     ours = expected_entries(schema)
     found = _entries(conn)
-    by_key = {entry[:2]: entry for entry in ours | _STATISTICS}
+    accepted = ours | _STATISTICS | _older_entries()
+    keys = {entry[:2] for entry in accepted}
     foreign: list[str] = []
     for entry in found:
-        expected = by_key.get(entry[:2])
-        if expected is None:
+        if entry[:2] not in keys:
             foreign.append(_describe(entry))
-        elif entry != expected:
+        elif entry not in accepted:
             foreign.append(f"{_describe(entry)} defined otherwise than this package defines it")
     if foreign:
         raise MemoryFormatError(

@@ -45,11 +45,12 @@ from langchain_memalign.memory._codec import _now as _now
 from langchain_memalign.memory._codec import encode_feedback as encode_feedback
 from langchain_memalign.memory._sql import SQLITE
 from langchain_memalign.memory._sqlite_schema import refuse_links
+from langchain_memalign.memory._tables import VERSION, sqlite_schema
 from langchain_memalign.memory.base import Store
 from langchain_memalign.memory.location import is_postgres_url
 
-# 2: the agreement series (`prequential`); a version-1 folder is upgraded on open.
-SCHEMA_VERSION = 2
+# A folder of an older version is upgraded on open (`MemoryStore`).
+SCHEMA_VERSION = VERSION
 DB_FILE = "memory.sqlite"
 INDEX_FILE = "episodes.faiss"
 # Temporary files of an atomic write; a killed save leaves them behind, and
@@ -62,60 +63,8 @@ _LEFTOVER_ENDS = (".tmp", ".tmp-journal", ".tmp-wal", ".tmp-shm")
 # episodes (see `episodes_by_rowid`).
 _KEPT_VERSIONS = 64
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS feedback (
-    id TEXT PRIMARY KEY,
-    payload TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    reflected INTEGER NOT NULL DEFAULT 0,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS episodes (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    feedback_id TEXT NOT NULL UNIQUE REFERENCES feedback(id) ON DELETE CASCADE,
-    text_hash TEXT NOT NULL,
-    vector BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS guidelines (
-    id TEXT PRIMARY KEY,
-    text TEXT NOT NULL,
-    vector BLOB,
-    created_at TEXT NOT NULL,
-    position INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS guideline_sources (
-    guideline_id TEXT NOT NULL REFERENCES guidelines(id) ON DELETE CASCADE,
-    feedback_id TEXT NOT NULL,
-    PRIMARY KEY (guideline_id, feedback_id)
-);
-CREATE INDEX IF NOT EXISTS guideline_sources_by_feedback ON guideline_sources(feedback_id);
-CREATE INDEX IF NOT EXISTS feedback_pending ON feedback(reflected) WHERE reflected = 0;
-CREATE TABLE IF NOT EXISTS history (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    at TEXT NOT NULL,
-    action TEXT NOT NULL,
-    feedback_ids TEXT NOT NULL,
-    guideline_ids TEXT NOT NULL
-);
-"""
-# The agreement series (version 2): each review beside the judge's verdict on its case
-# from before the judge learned it (`kind` "review"), and where each align happened
-# (`kind` "align"). A review's row goes with its feedback (unalign removes it).
-_PREQUENTIAL_TABLE = """
-CREATE TABLE IF NOT EXISTS prequential (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    at TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    feedback_id TEXT UNIQUE REFERENCES feedback(id) ON DELETE CASCADE,
-    judge_value TEXT,
-    expert_value TEXT,
-    source TEXT,
-    learned INTEGER
-)"""
-_SCHEMA += _PREQUENTIAL_TABLE + ";\n"
-# What version 2 added: a version-1 file lacks it until it is upgraded (`MemoryStore`).
-ADDED_IN_V2 = frozenset({("table", "prequential")})
+# The tables as `_tables` specifies them.
+_SCHEMA = sqlite_schema()
 
 
 def storage_refusal(e: BaseException, where: str) -> MemAlignError | None:
@@ -410,23 +359,14 @@ class StoreBase(Store):
 
     def set_meta(self, key: str, value: Any) -> None:
         """Set a JSON value in the meta table (inside or outside a transaction)."""
-        with self.lock:
-            try:
-                self._conn.execute(
-                    "INSERT INTO meta(key, value) VALUES(?, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                    (key, json.dumps(value, allow_nan=False)),
-                )
-            except sqlite3.ProgrammingError:  # a closed store: a usage error
-                raise
-            except sqlite3.DatabaseError as e:
-                where = self._where()
-                raise sqlite_error(e, where, f"{where}: cannot write meta.{key} ({e})") from e
+        self._write_meta({key: value}, f"meta.{key}")
 
     def set_metas(self, values: dict[str, Any]) -> None:
         """Set several JSON values in the meta table in one statement: all of them or none."""
-        if not values:
-            return
+        if values:
+            self._write_meta(values, ", ".join(values))
+
+    def _write_meta(self, values: dict[str, Any], what: str) -> None:
         with self.lock:
             try:
                 self._conn.execute(
@@ -439,9 +379,7 @@ class StoreBase(Store):
                 raise
             except sqlite3.DatabaseError as e:
                 where = self._where()
-                raise sqlite_error(
-                    e, where, f"{where}: cannot write {', '.join(values)} ({e})"
-                ) from e
+                raise sqlite_error(e, where, f"{where}: cannot write {what} ({e})") from e
 
     def _data_version(self) -> int:
         """SQLite's count of other connections' commits (`PRAGMA data_version`).

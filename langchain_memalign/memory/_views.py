@@ -52,6 +52,18 @@ _WRITER_PUBLISH_WAIT = 0.2
 _KEPT_VIEWS = 2
 
 
+def _apply(
+    index: EpisodicIndex, removed: list[int], added: list[int], vectors: np.ndarray | None
+) -> None:
+    """Apply episode changes to `index`; ids it holds already are not added twice."""
+    index.remove(removed)
+    if added and vectors is not None:
+        have = set(index.ids().tolist())
+        keep = [i for i, rowid in enumerate(added) if rowid not in have]
+        if keep:
+            index.add([added[i] for i in keep], vectors[keep])
+
+
 class _WriteLock:
     """The memory's write lock: re-entrant in process, and across processes on a database.
 
@@ -92,7 +104,7 @@ class _WriteLock:
         self._local.depth = depth + 1
         if depth == 0 and memory is not None and store is not None and store.shared:
             try:
-                memory._catch_up()
+                memory._publish()
             except BaseException:
                 self.__exit__(None, None, None)
                 raise
@@ -375,7 +387,7 @@ class PublishingMemory:
         if self.max_staleness > 0:
             if self._index_lock.acquire(blocking=False):
                 try:
-                    self._catch_up()
+                    self._publish()
                 finally:
                     self._index_lock.release()
             return self._view
@@ -386,7 +398,7 @@ class PublishingMemory:
             if self._index_lock.acquire(timeout=0.01):
                 try:
                     if self._view.seq < seq:
-                        self._catch_up()
+                        self._publish()
                     return self._view
                 finally:
                     self._index_lock.release()
@@ -413,18 +425,13 @@ class PublishingMemory:
             changes = self.store.episode_changes(base.seq)
             if changes is None:  # a folder: computed against the base's index
                 changes = self.store.external_episode_changes(base.index.ids, record=False)
-            removed, added, vectors = changes if changes is not None else ([], [], None)
             count = self.store.count("episodes")
             guidelines, guideline_vectors = self.store.load_guidelines()
             calibration = self.stored_calibration()
             checks = self.stored_checks()
             index = base.index.copy()
-            index.remove(removed)
-            if added and vectors is not None:
-                have = set(index.ids().tolist())
-                keep = [i for i, rowid in enumerate(added) if rowid not in have]
-                if keep:
-                    index.add([added[i] for i in keep], vectors[keep])
+            if changes is not None:
+                _apply(index, *changes)
             if len(index) != count:
                 index = self._rebuild_index()
         view = MemoryView(
@@ -438,16 +445,6 @@ class PublishingMemory:
             while len(self._private_views) > _KEPT_VIEWS:
                 self._private_views.popitem(last=False)
         return view
-
-    def _catch_up(self) -> None:
-        """Bring the writer's index and the published view to the newest commit.
-
-        Reads the changed episodes since the index's version (ids of removed
-        ones, vectors of added ones: no embedding call) at one consistent
-        version of the database, then publishes that version.
-        """
-        with self._index_lock:
-            self._publish()
 
     def stored_calibration(self) -> ScoreCalibration:
         """The calibration as stored now (writers read it here, not from a view)."""
@@ -464,8 +461,12 @@ class PublishingMemory:
     def _publish(self) -> None:
         """Make the committed store and the writer's index the version readers see.
 
-        Readers switch in one assignment; the writer's later index changes
-        copy the FAISS object first, so this view never changes.
+        This is also how the memory catches up with other processes' commits: the
+        episodes changed since the index's version are read (ids of removed ones,
+        vectors of added ones: no embedding call) at one consistent version of the
+        store, and that version is published. Readers switch in one assignment;
+        the writer's later index changes copy the FAISS object first, so this view
+        never changes.
         """
         with self._index_lock, self.store.consistent():
             self._publish_locked()
@@ -478,14 +479,8 @@ class PublishingMemory:
             changes = self.store.external_episode_changes(self.index.ids)
         if changes is not None:
             # Other processes' commits on a shared store or a folder (and this
-            # one's, which the writer applied already: both steps are idempotent).
-            removed, added, vectors = changes
-            self.index.remove(removed)
-            if added:
-                have = set(self.index.ids().tolist())
-                keep = [i for i, rowid in enumerate(added) if rowid not in have]
-                if keep and vectors is not None:
-                    self.index.add([added[i] for i in keep], vectors[keep])
+            # one's, which the writer applied already: `_apply` is idempotent).
+            _apply(self.index, *changes)
         if len(self.index) != self.store.count("episodes"):
             # An earlier write committed but failed before updating the
             # index: the stored vectors are the truth.

@@ -57,6 +57,7 @@ from langchain_memalign.memory._codec import (
 )
 from langchain_memalign.memory._codec_prequential import SeriesRow, encode_value, series_rows
 from langchain_memalign.memory._sql import _SERIES_COLUMNS, Dialect, _blob, _chunks
+from langchain_memalign.memory._tables import COPIED
 from langchain_memalign.memory.semantic import Guideline
 
 if TYPE_CHECKING:
@@ -666,59 +667,20 @@ class Store(ABC):
             }
             for key in self._row_meta:
                 d.meta[key] = self.get_meta(key)
-            d.feedback = [
-                (i, p, h, bool(r), u)
-                for i, p, h, r, u in self._select(
-                    "SELECT id, payload, content_hash, reflected, updated_at FROM {p}feedback{w} "
-                    "ORDER BY {ord}",
-                    scope,
-                )
-            ]
-            d.episodes = [
-                (int(r), f, t, bytes(v))
-                for r, f, t, v in self._select(
-                    "SELECT {eid}, feedback_id, text_hash, vector FROM {p}episodes{w} "
-                    "ORDER BY {eid}",
-                    scope,
-                )
-            ]
-            d.guidelines = [
-                (i, t, None if v is None else bytes(v), c, int(p))
-                for i, t, v, c, p in self._select(
-                    "SELECT id, text, vector, created_at, position FROM {p}guidelines{w} "
-                    "ORDER BY position, {ord}",
-                    scope,
-                )
-            ]
-            d.sources = [
-                (g, f)
-                for g, f in self._select(
-                    "SELECT guideline_id, feedback_id FROM {p}guideline_sources{w} ORDER BY {ord}",
-                    scope,
-                )
-            ]
-            renumber = self.dialect.renumber_history
-            d.history = [
-                (n if renumber else int(s), at, a, f, g)
-                for n, (s, at, a, f, g) in enumerate(
-                    self._select(
-                        "SELECT seq, at, action, feedback_ids, guideline_ids FROM {p}history{w} "
-                        "ORDER BY seq",
-                        scope,
-                    ),
-                    start=1,
-                )
-            ]
-            if not self.series_missing:
-                d.prequential = [
-                    (n if renumber else int(s), at, k, f, j, e, src,
-                     None if learned is None else int(learned))
-                    for n, (s, at, k, f, j, e, src, learned) in enumerate(
-                        self._select(
-                            f"SELECT {_SERIES_COLUMNS} FROM {{p}}prequential{{w}} ORDER BY seq",
-                            scope,
-                        ),
-                        start=1,
+            for table in COPIED:
+                if table.name == "prequential" and self.series_missing:
+                    continue
+                renumber = table.renumbered and self.dialect.renumber_history
+                rows = d.rows(table)
+                # `scoped`: PostgreSQL's names (one database holds several judges).
+                select = table.dump_select(self.dialect.scoped)
+                for n, row in enumerate(self._select(select, scope), 1):
+                    rows.append(
+                        tuple(
+                            v if c.load is None or v is None else c.load(v)
+                            for c, v in zip(table.copied(), row, strict=True)
+                        )
                     )
-                ]  # fmt: skip
+                    if renumber:  # the series' and history's numbers are per judge
+                        rows[-1] = (n, *rows[-1][1:])
         return d

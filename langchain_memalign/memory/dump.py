@@ -26,30 +26,35 @@ from langchain_memalign.memory._store_base import (
     place_memory_file,
     remove_leftovers,
 )
-
-PrequentialRow = tuple[int, str, str, str | None, str | None, str | None, str | None, int | None]
+from langchain_memalign.memory._tables import COPIED, Table
 
 __all__ = ["MemoryDump", "insert_rows", "write_sqlite", "write_sqlite_folder"]
+
+Row = tuple[Any, ...]
 
 
 @dataclass
 class MemoryDump:
-    """Every row of one memory, to copy it between backends (`save`)."""
+    """Every row of one memory, to copy it between backends (`save`).
+
+    Each list holds its table's rows (`_tables`: the field is the table's `dump`)
+    with the table's copied columns (`Table.copied`: database-given numbers
+    first, then the stored values), in the order the table is read in (`order`).
+    """
 
     meta: dict[str, Any] = field(default_factory=dict)
-    # (id, payload, content_hash, reflected, updated_at), oldest first
-    feedback: list[tuple[str, str, str, bool, str]] = field(default_factory=list)
-    # (episode id, feedback_id, text_hash, vector bytes)
-    episodes: list[tuple[int, str, str, bytes]] = field(default_factory=list)
-    # (id, text, vector bytes or None, created_at, position), in order
-    guidelines: list[tuple[str, str, bytes | None, str, int]] = field(default_factory=list)
-    # (guideline_id, feedback_id), in order
-    sources: list[tuple[str, str]] = field(default_factory=list)
-    # (seq, at, action, feedback_ids JSON, guideline_ids JSON), oldest first
-    history: list[tuple[int, str, str, str, str]] = field(default_factory=list)
-    # The agreement series, oldest first: (seq, at, kind, feedback_id, judge value JSON,
-    # expert value JSON, source, learned); see `_codec_prequential`.
-    prequential: list[PrequentialRow] = field(default_factory=list)
+    feedback: list[Row] = field(default_factory=list)
+    episodes: list[Row] = field(default_factory=list)
+    guidelines: list[Row] = field(default_factory=list)
+    sources: list[Row] = field(default_factory=list)  # of `guideline_sources`
+    history: list[Row] = field(default_factory=list)
+    # The agreement series; its values are decoded by `_codec_prequential`.
+    prequential: list[Row] = field(default_factory=list)
+
+    def rows(self, table: Table) -> list[Row]:
+        """The rows of `table` (one of `_tables.COPIED`)."""
+        rows: list[Row] = getattr(self, str(table.dump))
+        return rows
 
 
 def insert_rows(conn: sqlite3.Connection, d: MemoryDump, meta: dict[str, Any]) -> None:
@@ -63,31 +68,8 @@ def insert_rows(conn: sqlite3.Connection, d: MemoryDump, meta: dict[str, Any]) -
         "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
         [(k, json.dumps(v, allow_nan=False)) for k, v in meta.items() if v is not None],
     )
-    conn.executemany(
-        "INSERT INTO feedback(id, payload, content_hash, reflected, updated_at) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [(i, p, h, int(r), u) for i, p, h, r, u in d.feedback],
-    )
-    conn.executemany(
-        "INSERT INTO episodes(rowid, feedback_id, text_hash, vector) VALUES (?, ?, ?, ?)",
-        d.episodes,
-    )
-    conn.executemany(
-        "INSERT INTO guidelines(id, text, vector, created_at, position) VALUES (?, ?, ?, ?, ?)",
-        d.guidelines,
-    )
-    conn.executemany(
-        "INSERT INTO guideline_sources(guideline_id, feedback_id) VALUES (?, ?)", d.sources
-    )
-    conn.executemany(
-        "INSERT INTO history(seq, at, action, feedback_ids, guideline_ids) VALUES (?, ?, ?, ?, ?)",
-        d.history,
-    )
-    conn.executemany(
-        "INSERT INTO prequential(seq, at, kind, feedback_id, judge_value, expert_value, source, "
-        "learned) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        d.prequential,
-    )
+    for table in COPIED:
+        conn.executemany(table.sqlite_insert(), d.rows(table))
 
 
 def write_sqlite(path: str, d: MemoryDump) -> None:

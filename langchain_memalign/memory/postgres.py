@@ -29,7 +29,7 @@ This module opens a judge's memory (creating the tables and the judge when
 asked) and copies it to and from other backends. The rest is in the classes
 it combines: `_pg_base` (connections, transactions, locks, meta, the
 episodes' change records) and the SQL both database backends share
-(`_sql`), over the tables of `_pg_schema`. Parsing a URL is `location`'s.
+(`_sql`), over the tables of `_tables`. Parsing a URL is `location`'s.
 
 psycopg 3 and psycopg_pool are an optional extra; a `postgresql://` URL
 without them raises `MemoryFormatError` naming the extra to install.
@@ -44,21 +44,17 @@ from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError, MemoryPermissionError
 from langchain_memalign.memory._pg_base import (
+    _LOCK_CLASS,
+    _ROW_META,
     INSTALL_HINT,
     PRIVILEGES_HINT,
     PostgresBase,
     safe_cause,
 )
-from langchain_memalign.memory._pg_schema import (
-    _LOCK_CLASS,
-    _PG_SCHEMA,
-    _PG_UPGRADES,
-    _ROW_META,
-    PG_SCHEMA_VERSION,
-)
+from langchain_memalign.memory._tables import COPIED, VERSION, pg_schema, pg_upgrade
+from langchain_memalign.memory.backends import memory_exists
 
 # Some only re-exported (see `__all__`): code outside this package imports them from here.
-from langchain_memalign.memory.backends import memory_exists
 from langchain_memalign.memory.dump import (
     MemoryDump,
     write_sqlite,
@@ -69,6 +65,13 @@ from langchain_memalign.memory.location import (
     is_postgres_url,
     redact,
 )
+
+# The version of the tables; a database with another refuses to open, except an
+# older one that `_PG_UPGRADES` brings to this version (on open).
+PG_SCHEMA_VERSION = VERSION
+_PG_SCHEMA = pg_schema()
+# What brings a database of an older version to the next one, by its version.
+_PG_UPGRADES = {version: pg_upgrade(version) for version in range(1, VERSION)}
 
 __all__ = [
     "INSTALL_HINT",
@@ -265,11 +268,11 @@ class PostgresStore(PostgresBase):
                 (seq, self.judge),
             )
             # The series first: its align marks go with no feedback.
-            for table in (
+            for name in (
                 "memalign_prequential", "memalign_guidelines", "memalign_feedback",
                 "memalign_history",
             ):  # fmt: skip
-                conn.execute(f"DELETE FROM {table} WHERE judge=%s", (self.judge,))
+                conn.execute(f"DELETE FROM {name} WHERE judge=%s", (self.judge,))
             conn.execute("DELETE FROM memalign_meta WHERE judge=%s", (self.judge,))
             with conn.cursor() as cur:
                 cur.executemany(
@@ -280,37 +283,8 @@ class PostgresStore(PostgresBase):
                         if k not in (*_ROW_META, "schema_version")
                     ],
                 )
-                cur.executemany(
-                    "INSERT INTO memalign_feedback(judge, id, payload, content_hash, reflected, "
-                    "updated_at, changed_seq) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(self.judge, *row, seq) for row in d.feedback],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_episodes(judge, feedback_id, text_hash, vector, "
-                    "added_seq) VALUES (%s, %s, %s, %s, %s)",
-                    [(self.judge, f, t, v, seq) for _, f, t, v in d.episodes],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_guidelines(judge, id, text, vector, created_at, "
-                    "position) VALUES (%s, %s, %s, %s, %s, %s)",
-                    [(self.judge, *row) for row in d.guidelines],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_guideline_sources(judge, guideline_id, feedback_id) "
-                    "VALUES (%s, %s, %s)",
-                    [(self.judge, g, f) for g, f in d.sources],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_history(judge, at, action, feedback_ids, "
-                    "guideline_ids) VALUES (%s, %s, %s, %s, %s)",
-                    [(self.judge, *row[1:]) for row in d.history],
-                )
-                cur.executemany(
-                    "INSERT INTO memalign_prequential(judge, at, kind, feedback_id, "
-                    "judge_value, expert_value, source, learned) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    [(self.judge, *row[1:]) for row in d.prequential],
-                )
+                for table in COPIED:
+                    cur.executemany(*table.pg_insert(self.judge, seq, d.rows(table)))
             if d.meta.get("memory_id"):
                 conn.execute(
                     "UPDATE memalign_judges SET memory_id=%s WHERE name=%s",

@@ -38,9 +38,7 @@ from langchain_memalign.errors import (
 from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory._sqlite_schema import check_schema, refuse_links
 from langchain_memalign.memory._store_base import (
-    _PREQUENTIAL_TABLE,
     _SCHEMA,
-    ADDED_IN_V2,
     DB_FILE,
     INDEX_FILE,
     LEFTOVER_PREFIXES,
@@ -53,7 +51,12 @@ from langchain_memalign.memory._store_base import (
     sqlite_error,
     storage_refusal,
 )
+from langchain_memalign.memory._tables import ADDED_LATER, BY_NAME, upgrade_sqlite
 from langchain_memalign.memory.dump import MemoryDump, insert_rows
+
+# A file stuck at an older version (read-only) lacks the agreement series only if it
+# predates it: it is then read with an empty one.
+_SERIES_SINCE = BY_NAME["prequential"].since
 
 __all__ = [
     "DB_FILE",
@@ -138,7 +141,7 @@ class MemoryStore(StoreBase):
     def _check_schema(self, *, partial: bool) -> None:
         """`_sqlite_schema.check_schema` on this database; a failed read is a corrupt file."""
         try:
-            check_schema(self._conn, _SCHEMA, self._where(), partial=partial, optional=ADDED_IN_V2)
+            check_schema(self._conn, _SCHEMA, self._where(), partial=partial, optional=ADDED_LATER)
         except MemoryFormatError:
             self.close()
             raise
@@ -161,13 +164,13 @@ class MemoryStore(StoreBase):
         except MemAlignError:  # corrupt, or busy: the store is not handed out either way
             self.close()
             raise
-        if type(version) is int and version == 1:
-            version = self._upgrade()
+        # `type(...) is int`: JSON `true` or `1.0` would compare equal to 1.
+        if type(version) is int and 1 <= version < SCHEMA_VERSION:
+            version = self._upgrade(version)
         elif type(version) is int and version == SCHEMA_VERSION and not self._has_series():
             self.close()
             raise MemoryFormatError(f"{self.folder}: not a MemAlign memory (missing prequential)")
-        # `type(...) is int`: JSON `true` or `1.0` would compare equal to 1.
-        if type(version) is not int or version not in (1, SCHEMA_VERSION):
+        if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
             self.close()
             raise MemoryFormatError(
                 f"{self.folder}: memory format version {version!r} is not supported "
@@ -181,21 +184,23 @@ class MemoryStore(StoreBase):
             ).fetchone()
         return row is not None
 
-    def _upgrade(self) -> int:
-        """Bring a version-1 file to this version: add the (empty) agreement series.
+    def _upgrade(self, version: int) -> int:
+        """Bring a file of an older `version` to this one, adding what it lacks (empty).
 
-        The content is unchanged, so the version number and the index cache stay
-        valid. A folder that cannot be written (read-only) stays at version 1 and
-        is read with an empty series; the version it is at is returned.
+        What each version added is `_tables`' (`upgrade_sqlite`; 2: the agreement
+        series). The content is unchanged, so the version number and the index
+        cache stay valid. A folder that cannot be written (read-only) stays at its
+        version (and, from before version 2, is read with an empty series); the
+        version it is at is returned.
         """
         with self.lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
-                self.series_missing = True
-                return 1
+                self.series_missing = version < _SERIES_SINCE
+                return version
             try:
-                self._conn.execute(_PREQUENTIAL_TABLE)
+                upgrade_sqlite(self._conn, version)
                 self.set_meta("schema_version", SCHEMA_VERSION)
                 self._conn.execute("COMMIT")
             except (
@@ -206,8 +211,8 @@ class MemoryStore(StoreBase):
             ):
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
-                self.series_missing = True
-                return 1
+                self.series_missing = version < _SERIES_SINCE
+                return version
         return SCHEMA_VERSION
 
     # -- copies ---------------------------------------------------------------------
