@@ -48,6 +48,7 @@ from typing import Any
 
 from langsmith import Client
 from langsmith import run_helpers as rh
+from langsmith import schemas as ls_schemas
 from langsmith import utils as ls_utils
 from pydantic import BaseModel, Field
 
@@ -378,9 +379,10 @@ class JudgeMonitor:
         try:
             cycle.pulled = self.queue.pull()
             cycle.agreement = self._agreement(cycle.pulled)
+            project = self.api.project(self.project)
             if cycle.agreement and self.log_agreement:
-                cycle.agreement_feedback_id = self._log_agreement(cycle.agreement)
-            self._judge_new(cycle)
+                cycle.agreement_feedback_id = self._log_agreement(project, cycle.agreement)
+            self._judge_new(cycle, project)
         except ls_utils.LangSmithRateLimitError:
             cycle.rate_limited = True
         cycle.seconds = time.perf_counter() - started
@@ -441,7 +443,9 @@ class JudgeMonitor:
                 )
         return out
 
-    def _log_agreement(self, agreement: Sequence[ReviewAgreement]) -> str | None:
+    def _log_agreement(
+        self, project: ls_schemas.TracerSession, agreement: Sequence[ReviewAgreement]
+    ) -> str | None:
         """Write the cycle's agreement as project-level feedback; its id, or None if refused.
 
         Its id is derived from the reviews it scores, so a cycle run again after a crash
@@ -453,7 +457,6 @@ class JudgeMonitor:
             sorted(a.feedback_id for a in agreement))))  # fmt: skip
         agreed = sum(a.agrees for a in agreement)
         try:
-            project = self.api.project(self.project)
             self.client.create_feedback(
                 None,
                 agreement_key(name),
@@ -476,9 +479,8 @@ class JudgeMonitor:
             return None
         return fid
 
-    def _judge_new(self, cycle: MonitorCycle) -> None:
+    def _judge_new(self, cycle: MonitorCycle, project: ls_schemas.TracerSession) -> None:
         self.queue.ensure()  # the key's feedback config on the judge's scale, or an error
-        project = self.api.project(self.project)
         state_key = f"{STATE_PREFIX}{self.judge.config.name}:{project.id}"
         now = dt.datetime.now(dt.UTC)
         with self.judge.memory.integration_state(state_key) as saved:
