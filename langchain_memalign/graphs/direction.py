@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_memalign.prompting.directions import describe, directions
+from langchain_memalign.prompting.directions import directions
 from langchain_memalign.scale import Scale
 
 # The vocabulary a model declares in (`directions`, `describe`) is the prompts' own
 # (`prompting.directions`); what is checked against the experts' verdicts is here.
-__all__ = ["describe", "directions", "unsupported", "went"]
+__all__ = ["unsupported", "went"]
 
 
 def went(scale: Scale, direction: str, value: Any) -> bool:

@@ -17,7 +17,8 @@ from conftest import HOURS, fb
 from fakes import RoleResponder, ScriptedChatModel, handles_of
 
 from langchain_memalign.feedback import Feedback
-from langchain_memalign.graphs.direction import directions, unsupported, went
+from langchain_memalign.graphs.direction import unsupported, went
+from langchain_memalign.prompting.directions import directions
 from langchain_memalign.prompting.schemas import reflection_schema, rule_schema
 from langchain_memalign.scale import Scale
 
