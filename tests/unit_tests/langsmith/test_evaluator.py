@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import langsmith  # noqa: E402
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
 from langsmith.evaluation import EvaluationResult  # noqa: E402
+from langsmith_fixtures import RUN_ORDERS, ordered_server  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 from langsmith_tracing import trace_to  # noqa: E402
 
@@ -36,6 +36,9 @@ from langchain_memalign.langsmith._fields import comment_digest  # noqa: E402
 from langchain_memalign.langsmith.types import awrite_verdicts  # noqa: E402
 from langchain_memalign.result import label_of  # noqa: E402
 
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
+
 KEY = "helpfulness"
 
 
@@ -43,26 +46,6 @@ def rule(case: str, memory: str) -> dict[str, Any]:
     if "yourself" in case.lower():
         return {"rationale": "Dismissive.", "score": False}
     return {"rationale": "Answers the question.", "score": True}
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
-@pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
 
 
 @pytest.fixture
@@ -324,30 +307,23 @@ def test_write_verdicts_judges_ended_runs_without_error_each_on_its_own(
     assert sorted(_verdict_runs(server)) == sorted(good)
 
 
-@pytest.mark.parametrize("order", ["oldest", "unordered", "newest", "v1"])
+@pytest.mark.parametrize("order", RUN_ORDERS)
 def test_write_verdicts_judges_a_projects_latest_runs_whatever_order_the_query_lists(
     order: str, judge: MemAlignJudge
 ) -> None:
     # The v2 run query documents no order: `limit` keeps the runs that started last, not
     # the first the query lists. (v1 is asked for newest first.)
-    v2 = order != "v1"
-    with LangSmithTestServer(
-        runs_page_size=3, runs_v2=v2, v2_run_order=order if v2 else "newest"
-    ) as server:
-        client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-        try:
-            ids = server.add_timed_runs(8, step=dt.timedelta(seconds=1))
-            project = server.add_project("prod")["id"]
-            # An errored run, the latest of all, takes no place among them.
-            late = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).isoformat()
-            server.add_run(session_id=project, inputs={"q": "x"}, error="Boom",
-                           start_time=late, end_time=late)  # fmt: skip
-            verdicts = write_verdicts(judge, client, project="prod", limit=3)
-            assert [v.run_id for v in verdicts] == ids[::-1][:3]  # newest first
-            assert sorted(_verdict_runs(server)) == sorted(ids[-3:])
-            assert verdicts.skipped == {} and verdicts.failed == {}
-        finally:
-            client.close(timeout=5)
+    with ordered_server(order) as (server, client):
+        ids = server.add_timed_runs(8, step=dt.timedelta(seconds=1))
+        project = server.add_project("prod")["id"]
+        # An errored run, the latest of all, takes no place among them.
+        late = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).isoformat()
+        server.add_run(session_id=project, inputs={"q": "x"}, error="Boom",
+                       start_time=late, end_time=late)  # fmt: skip
+        verdicts = write_verdicts(judge, client, project="prod", limit=3)
+        assert [v.run_id for v in verdicts] == ids[::-1][:3]  # newest first
+        assert sorted(_verdict_runs(server)) == sorted(ids[-3:])
+        assert verdicts.skipped == {} and verdicts.failed == {}
 
 
 def test_write_verdicts_writes_each_verdict_once_known_so_a_kill_loses_none(

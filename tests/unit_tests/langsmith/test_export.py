@@ -29,15 +29,11 @@ from langchain_memalign.langsmith import (  # noqa: E402
     export_evaluator,
 )
 
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
+
 KEY = "helpfulness"
 WRITES = ("POST", "PATCH", "PUT", "DELETE")
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
 
 
 @pytest.fixture
@@ -45,13 +41,6 @@ def server() -> Iterator[LangSmithTestServer]:
     with LangSmithTestServer() as srv:
         srv.add_project("prod")
         yield srv
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,6 +17,9 @@ if _TESTS_DIR not in sys.path:
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
+
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "annotation_queue_loop.py"
 
@@ -39,19 +41,6 @@ def empathy_rule(case: str, memory: str) -> dict[str, Any]:
     if rude or ("acknowledge" in memory.lower() and upset and "sorry" not in text):
         return {"rationale": "Unhelpful.", "score": False}
     return {"rationale": "Helpful.", "score": True}
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
-@pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer() as srv:
-        yield srv
 
 
 def model() -> ScriptedChatModel:

@@ -10,16 +10,15 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 _TESTS_DIR = str(Path(__file__).resolve().parents[2])
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
 from langsmith_server import LangSmithTestServer  # noqa: E402
+
+pytest_plugins = ["langsmith_fixtures"]
 
 CHILD_TESTS = """
 import sys
@@ -64,12 +63,6 @@ def test_password_reply():
 def test_unmarked_logs_nothing():
     assert judge_evaluator(make_judge())(inputs="hi", outputs="hello")["score"] is True
 """
-
-
-@pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer() as srv:
-        yield srv
 
 
 def test_verdicts_are_logged_as_test_feedback(server: LangSmithTestServer, tmp_path: Path) -> None:

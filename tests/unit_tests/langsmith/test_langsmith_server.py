@@ -8,7 +8,6 @@ the insert a no-op. Everything is offline: every client gets ``api_url=server.ur
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import uuid
 import warnings
@@ -24,9 +23,11 @@ if _TESTS_DIR not in sys.path:
 import langsmith  # noqa: E402
 from langsmith import Client, schemas, traceable  # noqa: E402
 from langsmith import utils as ls_utils  # noqa: E402
+from langsmith_fixtures import connect  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 from urllib3.util.retry import Retry  # noqa: E402
 
+pytest_plugins = ["langsmith_fixtures"]
 pytestmark = pytest.mark.filterwarnings(
     # the legacy sync run / queue methods are deprecated in langsmith 0.15
     "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
@@ -35,11 +36,8 @@ pytestmark = pytest.mark.filterwarnings(
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LangSmithTestServer]:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
+def server(langsmith_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[LangSmithTestServer]:
     monkeypatch.setenv("LANGSMITH_TRACING", "false")
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
     with LangSmithTestServer(runs_page_size=2) as srv:
         # any Client built from the environment also lands on the fake server
         monkeypatch.setenv("LANGSMITH_ENDPOINT", srv.url)
@@ -378,25 +376,16 @@ def test_annotation_queue_items_api(sync_client: Client, server: LangSmithTestSe
 # -- strict like the real service ------------------------------------------------
 
 
-@contextlib.contextmanager
-def _connect(server: LangSmithTestServer, api_key: str = "test") -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key=api_key, auto_batch_tracing=False)
-    try:
-        yield c
-    finally:
-        c.close(timeout=5)
-
-
 def test_feedback_user_is_stamped_from_the_api_key(server: LangSmithTestServer) -> None:
     server.add_user("alice-key", "Alice")
     run = server.add_run(session_name="users")
-    with _connect(server, "alice-key") as alice:
+    with connect(server, "alice-key") as alice:
         made = alice.create_feedback(
             run["id"], "k", score=1, session_id=run["session_id"], source_info={"a": 1}
         )
     stored = server.feedback[str(made.id)]["feedback_source"]
     assert stored["user_id"] == server.users["alice-key"]["id"]
-    with _connect(server) as other:
+    with connect(server) as other:
         [plain] = other.list_feedback(run_ids=[run["id"]])
         [named] = other.list_feedback(run_ids=[run["id"]], include_user_names="true")
     assert plain.feedback_source is not None and plain.feedback_source.user_name is None
@@ -404,7 +393,7 @@ def test_feedback_user_is_stamped_from_the_api_key(server: LangSmithTestServer) 
 
 
 def test_a_key_keeps_its_config_unless_configs_are_enforced(server: LangSmithTestServer) -> None:
-    with _connect(server) as c:
+    with connect(server) as c:
         c.create_feedback_config("k", feedback_config={"type": "continuous", "min": 0, "max": 1})
         with pytest.raises(ls_utils.LangSmithError, match="400"):
             c.create_feedback_config(
@@ -437,7 +426,7 @@ def test_queue_status_is_per_reviewer_and_takes_item_ids_only(
 
 
 def test_smithdb_only_flags_and_v1_reads(server: LangSmithTestServer) -> None:
-    with LangSmithTestServer(query_backend="smithdb_only") as strict, _connect(strict) as c:
+    with LangSmithTestServer(query_backend="smithdb_only") as strict, connect(strict) as c:
         flags = c.info.instance_flags or {}
         assert (flags["ch_query_enabled"], flags["sdb_query_enabled"]) == (False, True)
         project = c.create_project("smithdb")

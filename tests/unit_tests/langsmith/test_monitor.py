@@ -18,11 +18,15 @@ if _TESTS_DIR not in sys.path:
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
 from langsmith import utils as ls_utils  # noqa: E402
+from langsmith_fixtures import connect  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 from langsmith_tracing import trace_to  # noqa: E402
 
 from langchain_memalign import MemAlignJudge  # noqa: E402
 from langchain_memalign.langsmith import JudgeMonitor  # noqa: E402
+
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
 
 KEY = "helpfulness"
 
@@ -33,25 +37,11 @@ def rule(case: str, memory: str) -> dict[str, Any]:
     return {"rationale": "Fine.", "score": True}
 
 
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
 @pytest.fixture
 def server(request: pytest.FixtureRequest) -> Iterator[LangSmithTestServer]:
     # runs_v2=False (indirect parameter): a server without the v2 run query, read via v1.
     with LangSmithTestServer(runs_page_size=3, runs_v2=getattr(request, "param", True)) as srv:
         yield srv
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
 
 
 @pytest.fixture
@@ -551,9 +541,8 @@ def busy_server(request: pytest.FixtureRequest) -> Iterator[LangSmithTestServer]
 
 @pytest.fixture
 def busy_client(busy_server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=busy_server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
+    with connect(busy_server) as c:
+        yield c
 
 
 @pytest.mark.parametrize("busy_server", [True, False], ids=["v2", "v1"], indirect=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +26,11 @@ from langchain_memalign import MemAlignJudge  # noqa: E402
 from langchain_memalign.langsmith import comparative_evaluator  # noqa: E402
 from langchain_memalign.langsmith.pairwise import read_preferences  # noqa: E402
 
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
+
 KEY = "preference"
 QUESTIONS = ("store hours?", "reset my password", "track my order")
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
-@pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
 
 
 def _curt(inputs: dict[str, Any]) -> dict[str, Any]:

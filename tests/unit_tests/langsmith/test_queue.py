@@ -16,10 +16,14 @@ if _TESTS_DIR not in sys.path:
 
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
+from langsmith_fixtures import RUN_ORDERS, ordered_server  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 
 from langchain_memalign import Feedback, MemAlignJudge  # noqa: E402
 from langchain_memalign.langsmith import JudgeAnnotationQueue  # noqa: E402
+
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
 
 KEY = "helpfulness"
 
@@ -30,24 +34,10 @@ def rule(case: str, memory: str) -> dict[str, Any]:
     return {"rationale": "Fine.", "score": True}
 
 
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
 @pytest.fixture
 def server() -> Iterator[LangSmithTestServer]:
     with LangSmithTestServer(runs_page_size=3) as srv:
         yield srv
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
 
 
 @pytest.fixture
@@ -401,30 +391,23 @@ def test_a_leads_own_final_is_learned_as_the_teams_and_multi_select_finals_are_r
 # -- a project's latest runs (issue 46) ------------------------------------------------------
 
 
-@pytest.mark.parametrize("order", ["oldest", "unordered", "newest", "v1"])
+@pytest.mark.parametrize("order", RUN_ORDERS)
 def test_send_scans_a_projects_latest_runs_whatever_order_the_run_query_lists(
     order: str, judge: MemAlignJudge
 ) -> None:
     # The v2 run query documents no order: the latest runs are chosen by their start time,
     # not taken as the first the query lists. (v1 is asked for newest first.)
-    v2 = order != "v1"
-    with LangSmithTestServer(
-        runs_page_size=3, runs_v2=v2, v2_run_order=order if v2 else "newest"
-    ) as server:
-        client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-        try:
-            newest = server.add_timed_runs(10, step=dt.timedelta(seconds=1))[::-1]
-            queue = JudgeAnnotationQueue(judge, client)
-            sent = queue.send(project="prod", scan=4)
-            assert sent.run_ids == newest[:4] and queued(server, queue) == newest[:4]
-            assert sent.considered == 4 and sent.skipped == 0
-            # The next send scans the same 4 latest: all queued already, none sent again.
-            again = queue.send(project="prod", scan=4, select="uncertain", limit=2)
-            assert (again.considered, again.skipped, again.run_ids) == (0, 4, [])
-            wider = queue.send(project="prod", scan=6, limit=1)
-            assert wider.run_ids == newest[4:5] and wider.skipped == 4
-        finally:
-            client.close(timeout=5)
+    with ordered_server(order) as (server, client):
+        newest = server.add_timed_runs(10, step=dt.timedelta(seconds=1))[::-1]
+        queue = JudgeAnnotationQueue(judge, client)
+        sent = queue.send(project="prod", scan=4)
+        assert sent.run_ids == newest[:4] and queued(server, queue) == newest[:4]
+        assert sent.considered == 4 and sent.skipped == 0
+        # The next send scans the same 4 latest: all queued already, none sent again.
+        again = queue.send(project="prod", scan=4, select="uncertain", limit=2)
+        assert (again.considered, again.skipped, again.run_ids) == (0, 4, [])
+        wider = queue.send(project="prod", scan=6, limit=1)
+        assert wider.run_ids == newest[4:5] and wider.skipped == 4
 
 
 @pytest.mark.parametrize("order", ["oldest", "unordered", "newest"])
@@ -436,32 +419,28 @@ def test_a_project_too_long_to_list_whole_is_narrowed_to_its_latest_runs(
     # Past `limit` and this slack, the v2 listing's window is narrowed (as in a project with
     # more than a thousand runs past the scan).
     monkeypatch.setattr(_api_runs, "_LATEST_SLACK", 2)
-    with LangSmithTestServer(runs_page_size=4, v2_run_order=order) as server:
-        client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-        try:
-            ids = server.add_timed_runs(30, step=dt.timedelta(seconds=1))
-            # Five runs traced at once, the latest: the ties are ordered by id.
-            project = next(iter(server.sessions.values()))
-            last = server.runs[ids[-1]]["start_time"]
-            at = dt.datetime.fromisoformat(last.replace("Z", "+00:00")) + dt.timedelta(seconds=1)
-            batch = [
-                server.add_run(session_id=project["id"], inputs={"q": f"b{i}"},
-                               outputs={"a": "polite"}, start_time=at.isoformat(),
-                               end_time=_now())["id"]
-                for i in range(5)
-            ]  # fmt: skip
-            queue = JudgeAnnotationQueue(judge, client)
-            sent = queue.send(project="prod", scan=7)
-            assert sent.run_ids == sorted(batch, reverse=True) + ids[::-1][:2]
-            listings = [
-                r.json
-                for r in server.requests_to("/v2/runs/query", "POST")
-                if r.json.get("selects") == ["ID", "START_TIME"]
-            ]
-            assert len({r["min_start_time"] for r in listings}) > 1  # it was narrowed
-            # Only the runs chosen are read in full (in pages, each asking for them all).
-            full = [r.json for r in server.requests_to("/v2/runs/query", "POST")
-                    if "INPUTS" in (r.json.get("selects") or [])]  # fmt: skip
-            assert {i for r in full for i in r["ids"]} == set(sent.run_ids)
-        finally:
-            client.close(timeout=5)
+    with ordered_server(order, runs_page_size=4) as (server, client):
+        ids = server.add_timed_runs(30, step=dt.timedelta(seconds=1))
+        # Five runs traced at once, the latest: the ties are ordered by id.
+        project = next(iter(server.sessions.values()))
+        last = server.runs[ids[-1]]["start_time"]
+        at = dt.datetime.fromisoformat(last.replace("Z", "+00:00")) + dt.timedelta(seconds=1)
+        batch = [
+            server.add_run(session_id=project["id"], inputs={"q": f"b{i}"},
+                           outputs={"a": "polite"}, start_time=at.isoformat(),
+                           end_time=_now())["id"]
+            for i in range(5)
+        ]  # fmt: skip
+        queue = JudgeAnnotationQueue(judge, client)
+        sent = queue.send(project="prod", scan=7)
+        assert sent.run_ids == sorted(batch, reverse=True) + ids[::-1][:2]
+        listings = [
+            r.json
+            for r in server.requests_to("/v2/runs/query", "POST")
+            if r.json.get("selects") == ["ID", "START_TIME"]
+        ]
+        assert len({r["min_start_time"] for r in listings}) > 1  # it was narrowed
+        # Only the runs chosen are read in full (in pages, each asking for them all).
+        full = [r.json for r in server.requests_to("/v2/runs/query", "POST")
+                if "INPUTS" in (r.json.get("selects") or [])]  # fmt: skip
+        assert {i for r in full for i in r["ids"]} == set(sent.run_ids)

@@ -9,11 +9,9 @@ the base retention tier.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ if _TESTS_DIR not in sys.path:
 import langsmith  # noqa: E402
 from fakes import HashEmbeddings, RoleResponder, ScriptedChatModel  # noqa: E402
 from langsmith import Client  # noqa: E402
+from langsmith_fixtures import connect  # noqa: E402
 from langsmith_server import LangSmithTestServer  # noqa: E402
 
 from langchain_memalign import MemAlignJudge  # noqa: E402
@@ -43,36 +42,11 @@ from langchain_memalign.langsmith._fields import (  # noqa: E402
 )
 from langchain_memalign.scale import Scale  # noqa: E402
 
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
+
 KEY = "helpfulness"
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
-@pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer() as srv:
-        yield srv
-
-
-@contextlib.contextmanager
-def connect(server: LangSmithTestServer, api_key: str = "test") -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key=api_key, auto_batch_tracing=False)
-    try:
-        yield c
-    finally:
-        c.close(timeout=5)
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    with connect(server) as c:
-        yield c
 
 
 @pytest.fixture

@@ -27,14 +27,10 @@ from langchain_memalign.langsmith import (  # noqa: E402
     LangSmithFeedbackSource,
 )
 
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
+
 KEY = "helpfulness"
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
 
 
 @pytest.fixture
@@ -45,13 +41,6 @@ def server() -> Iterator[LangSmithTestServer]:
 
 def make_client(server: LangSmithTestServer, **kwargs: Any) -> Client:
     return Client(api_url=server.url, api_key="test", auto_batch_tracing=False, **kwargs)
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = make_client(server)
-    yield c
-    c.close(timeout=5)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,27 +18,10 @@ from langsmith_server import LangSmithTestServer  # noqa: E402
 from langchain_memalign import MemAlignJudge  # noqa: E402
 from langchain_memalign.langsmith import LangSmithFeedbackSource  # noqa: E402
 
+pytest_plugins = ["langsmith_fixtures"]
+pytestmark = pytest.mark.usefixtures("langsmith_env")
+
 KEY = "helpfulness"
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("LANGSMITH_RUNS_ENDPOINTS", "LANGCHAIN_ENDPOINT", "LANGSMITH_WORKSPACE_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LANGSMITH_DISABLE_RUN_COMPRESSION", "true")
-
-
-@pytest.fixture
-def server() -> Iterator[LangSmithTestServer]:
-    with LangSmithTestServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def client(server: LangSmithTestServer) -> Iterator[Client]:
-    c = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)
-    yield c
-    c.close(timeout=5)
 
 
 def test_only_the_corrected_verdicts_of_an_online_evaluator_are_learned(
