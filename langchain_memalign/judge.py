@@ -134,11 +134,12 @@ class MemAlignJudge(Runnable[dict[str, Any], JudgeResult]):
             ),
         )
         emb = resolve_embeddings(embeddings)
-        self._setup(
-            JudgeMemory.create(path, emb, config),
-            resolve_chat_model(model),
-            None if reflection_model is None else resolve_chat_model(reflection_model),
-            rate_limiter,
+        chat = resolve_chat_model(model)
+        reflection = None if reflection_model is None else resolve_chat_model(reflection_model)
+        # The judge is set up while its memory opens: a constructor that raises leaves
+        # the memory as it was (no new folder or judge, no changed configuration).
+        JudgeMemory.create(
+            path, emb, config, lambda memory: self._setup(memory, chat, reflection, rate_limiter)
         )
 
     def _setup(

@@ -8,6 +8,7 @@ A folder (or `None`, in process) is a SQLite memory (`store.MemoryStore`); a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from langchain_memalign.errors import MemoryFormatError
 from langchain_memalign.memory._store_base import DB_FILE
@@ -18,7 +19,9 @@ from langchain_memalign.memory.store import MemoryStore
 __all__ = ["memory_exists", "open_store"]
 
 
-def open_store(location: Location | None, *, create: bool) -> Store:
+def open_store(
+    location: Location | None, *, create: bool, meta: dict[str, Any] | None = None
+) -> Store:
     """Open the memory at `location` in the backend that location names.
 
     Args:
@@ -26,15 +29,17 @@ def open_store(location: Location | None, *, create: bool) -> Store:
             `location.PostgresTarget`), or `None` for a new memory kept in process.
         create: Create the memory (folder, tables, judge) if it does not exist;
             otherwise a missing memory raises `MemoryFormatError`.
+        meta: With `create`, the meta values a memory this call creates starts
+            with, written in the transaction that creates it.
     """
     if is_postgres_url(location):
         # Imported here: `postgres` re-exports `memory_exists` from this module.
         from langchain_memalign.memory.postgres import PostgresStore
 
         url = str(location)
-        return PostgresStore.create(url) if create else PostgresStore.open(url)
+        return PostgresStore.create(url, meta=meta) if create else PostgresStore.open(url)
     if create:
-        return MemoryStore.create(location)
+        return MemoryStore.create(location, meta)
     if location is None:
         raise ValueError("an in-process memory cannot be opened again: pass create=True")
     return MemoryStore.open(location)

@@ -110,6 +110,16 @@ class Store(ABC):
         """Whether `close` was called."""
         return self._closed
 
+    def discard(self) -> None:
+        """Close the store; remove the memory if its opening made it, uncommitted to since.
+
+        What an opening that fails after the store was created calls (a judge's
+        constructor): a backend removes only what its own `create` made (a new
+        folder's memory file, a new judge's row). In process nothing outlives
+        the store. Best effort: it raises nothing but what `close` raises.
+        """
+        self.close()
+
     # -- reading, transactions and locks -------------------------------------------
 
     @abstractmethod

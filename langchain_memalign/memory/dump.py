@@ -21,7 +21,6 @@ from typing import Any
 from langchain_memalign.memory._files import fsync, fsync_dir
 from langchain_memalign.memory._store_base import (
     _SCHEMA,
-    INDEX_FILE,
     SCHEMA_VERSION,
     place_memory_file,
     remove_leftovers,
@@ -90,8 +89,8 @@ def write_sqlite_folder(folder: Path, d: MemoryDump, *, exclusive: bool = False)
 
     The file is written under a temporary name and renamed over the old one
     when complete, so a crash leaves the previous memory intact. The folder's
-    index cache, which describes other content, is deleted. `exclusive`: only
-    if the folder holds no memory file (`place_memory_file`).
+    index cache is the caller's: `save` writes the copy's before the copy.
+    `exclusive`: only if the folder holds no memory file (`place_memory_file`).
     """
     folder.mkdir(parents=True, exist_ok=True)
     remove_leftovers(folder)
@@ -101,7 +100,6 @@ def write_sqlite_folder(folder: Path, d: MemoryDump, *, exclusive: bool = False)
         write_sqlite(tmp, d)
         fsync(tmp)
         place_memory_file(tmp, folder, exclusive=exclusive)
-        (folder / INDEX_FILE).unlink(missing_ok=True)
         fsync_dir(folder)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

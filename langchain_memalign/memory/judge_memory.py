@@ -21,9 +21,10 @@ from here.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,13 @@ from langchain_memalign.memory.episodic import Episode, as_matrix
 from langchain_memalign.memory.location import Location, is_postgres_url
 from langchain_memalign.memory.postgres import PostgresStore
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
-from langchain_memalign.memory.store import INDEX_FILE, remove_leftovers
+from langchain_memalign.memory.store import (
+    DB_FILE,
+    INDEX_FILE,
+    missing_folders,
+    remove_leftovers,
+    remove_new_memory,
+)
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
 
@@ -87,37 +94,49 @@ class JudgeMemory(PublishingMemory):
 
     @classmethod
     def create(
-        cls, folder: Location | None, embeddings: Embeddings, config: JudgeConfig
+        cls,
+        folder: Location | None,
+        embeddings: Embeddings,
+        config: JudgeConfig,
+        setup: Callable[[JudgeMemory], None] | None = None,
     ) -> JudgeMemory:
         """Open (or start) the memory in `folder` for this config; `None` keeps it in process.
 
-        `folder` may be a `postgresql://` URL (see `PostgresTarget`).
+        `folder` may be a `postgresql://` URL (see `PostgresTarget`). `setup` runs
+        on the opened memory before it is returned (a judge's own setup). If
+        anything raises, the memory is left as it was: a folder, memory file or
+        judge this call created is removed again, and a changed configuration
+        is not stored.
         """
         check_config_bounds(config.model_dump(mode="json"), where=None)
-        store = open_store(folder, create=True)
+        # Together, in one statement: a memory whose configuration is stored without
+        # its embedding model would open later with any embeddings at all. A new
+        # memory gets them in the transaction that creates it.
+        meta = {
+            "config": config.model_dump(mode="json"),
+            "embeddings": embeddings_fingerprint(embeddings),
+        }
+        store = open_store(folder, create=True, meta=meta)
         try:
             stored = store.get_meta("config")
-            if stored is None:
-                # One statement: a memory whose configuration is stored without its
-                # embedding model would open later with any embeddings at all.
-                store.set_metas(
-                    {
-                        "config": config.model_dump(mode="json"),
-                        "embeddings": embeddings_fingerprint(embeddings),
-                    }
-                )
-            else:
+            if stored is not None:
                 where = store.describe()
                 _check_identity(_stored_config(stored, where), config, where)
-                # Only a changed configuration is written: a read-only memory opens
-                # with the one it stores.
-                if stored != config.model_dump(mode="json"):
-                    store.set_meta("config", config.model_dump(mode="json"))
             memory = cls(store, embeddings, config)
             memory._check_embeddings()
             memory.reload()
+            if setup is not None:
+                setup(memory)
+            # Written last, in one statement: a call that fails before writes nothing.
+            if stored is None:  # a memory an earlier version made without them
+                store.set_metas(meta)
+            elif stored != meta["config"]:
+                # Only a changed configuration is written: a read-only memory opens
+                # with the one it stores.
+                store.set_meta("config", meta["config"])
         except BaseException:
-            store.close()
+            # Removes only what this call created (`Store.discard`).
+            store.discard()
             raise
         return memory
 
@@ -208,10 +227,6 @@ class JudgeMemory(PublishingMemory):
 
     def _save_to_folder(self, target: Path, overwrite: bool) -> None:
         with self.write_lock:
-            if not self.store.is_at(target):
-                self._replace_folder(target, overwrite)
-            else:
-                remove_leftovers(target)
             identity = self.store.identity()
             if self._view.seq != identity["change_seq"] or len(self.index) != self.store.count(
                 "episodes"
@@ -220,19 +235,42 @@ class JudgeMemory(PublishingMemory):
                 # stored vectors are the truth.
                 self.index = self._rebuild_index()
                 self._publish()
-            if not len(self.index):
-                (target / INDEX_FILE).unlink(missing_ok=True)
-            else:
-                index = self.index
-                write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
+            index = self.index
 
-    def _replace_folder(self, target: Path, overwrite: bool) -> None:
+            def write_index() -> None:
+                if not len(index):
+                    (target / INDEX_FILE).unlink(missing_ok=True)
+                else:
+                    write_atomic(target / INDEX_FILE, lambda p: index.write(p, header=identity))
+
+            if self.store.is_at(target):
+                remove_leftovers(target)
+                write_index()
+                return
+            # A save that fails leaves a target without a memory as it was: what it made
+            # there goes again, the folders it created too.
+            made = missing_folders(target)
+            new = not os.path.lexists(target / DB_FILE)
+            try:
+                self._replace_folder(target, overwrite, write_index)
+            except BaseException:
+                if new:
+                    copy = (identity["memory_id"], identity["content_version"])
+                    remove_new_memory(target, made, copy)
+                raise
+
+    def _replace_folder(
+        self, target: Path, overwrite: bool, write_index: Callable[[], None]
+    ) -> None:
         """Make `target`'s memory file a copy of this memory, checked and replaced as one step.
 
         The target's file stays write-locked from the check of what it holds to the
         rename of the copy over it (`holding_memory_file`), so no other save or writer
         comes between; a target without a memory file gets the copy only if none
-        appeared meanwhile (else it is checked like any other, and again).
+        appeared meanwhile (else it is checked like any other, and again). The index
+        cache is written before the copy, so that the copy's rename is the last step:
+        a save that fails before it leaves the memory file as it was (an index cache
+        of other content is rebuilt when the memory opens).
         """
         for _ in range(8):
             with holding_memory_file(target) as found:
@@ -242,6 +280,8 @@ class JudgeMemory(PublishingMemory):
                         self._check_replaceable(dest, overwrite)
                     finally:
                         dest.close()
+                target.mkdir(parents=True, exist_ok=True)
+                write_index()
                 try:
                     self.store.backup_to(target, exclusive=found == "absent")
                 except MemoryFileAppeared:

@@ -37,6 +37,7 @@ without them raises `MemoryFormatError` naming the extra to install.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Callable
@@ -92,29 +93,69 @@ class PostgresStore(PostgresBase):
 
     # -- opening ---------------------------------------------------------------------
 
+    # The memory id of the judge `create` added; `discard` deletes that judge.
+    _added: str | None = None
+
     @classmethod
-    def create(cls, url: str, *, add_judge: bool = True) -> PostgresStore:
+    def create(
+        cls, url: str, *, add_judge: bool = True, meta: dict[str, Any] | None = None
+    ) -> PostgresStore:
         """Open the judge named in `url`, creating the tables and the judge if needed.
 
         `add_judge=False` creates the tables but not the judge: the store of a
         `save`'s target, whose `replace_with` adds the judge row in the transaction
         that copies its content, so a save that fails leaves no empty judge behind.
+        `meta`: the values a judge this call adds starts with (its configuration
+        and embedding model), written in the transaction that adds its row; a
+        judge that exists keeps its own.
+
+        The schema and the tables are created once per database and stay: they
+        are shared by every judge of the database (other processes may be
+        opening judges in them meanwhile) and hold nothing of a judge but its rows.
         """
         store = cls(PostgresTarget.parse(url))
         try:
             store._enter_schema(create=True)
             store._install()
             if add_judge:
-                with store._conn() as conn:
-                    conn.execute(
+                memory_id = uuid.uuid4().hex
+                with store._conn() as conn, conn.transaction():
+                    added = conn.execute(
                         "INSERT INTO memalign_judges(name, memory_id) VALUES (%s, %s) "
-                        "ON CONFLICT (name) DO NOTHING",
-                        (store.judge, uuid.uuid4().hex),
-                    )
+                        "ON CONFLICT (name) DO NOTHING RETURNING name",
+                        (store.judge, memory_id),
+                    ).fetchone()
+                    if added is not None and meta:
+                        # The row and its configuration commit together: a judge is
+                        # never without them, whatever interrupts its creation.
+                        store._local.conn = conn
+                        try:
+                            store.set_metas(meta)
+                        finally:
+                            store._local.conn = None
+                if added is not None:
+                    store._added = memory_id
         except BaseException:
             store.close()
             raise
         return store
+
+    def discard(self) -> None:
+        """Close the store; delete the judge if `create` added it and nothing was committed since.
+
+        Only the row this store added (its memory id) at version 0 is deleted, with
+        its meta rows: a judge another process added, or one written since, stays.
+        """
+        try:
+            if self._added is not None:
+                with contextlib.suppress(Exception), self._pooled() as conn:
+                    conn.execute(
+                        "DELETE FROM memalign_judges WHERE name=%s AND memory_id=%s "
+                        "AND change_seq=0",
+                        (self.judge, self._added),
+                    )
+        finally:
+            self.close()
 
     @classmethod
     def open(cls, url: str) -> PostgresStore:

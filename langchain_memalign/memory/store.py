@@ -21,12 +21,14 @@ both database backends share (`_sql`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from langchain_memalign.errors import (
     MemAlignError,
@@ -70,19 +72,111 @@ __all__ = [
 ]
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist, deepest first: what creating it makes."""
+    missing: list[Path] = []
+    for p in (folder, *folder.parents):
+        if os.path.lexists(p):
+            break
+        missing.append(p)
+    return missing
+
+
+def remove_new_memory(
+    folder: Path, made: Sequence[Path], identity: tuple[str | None, str | None]
+) -> None:
+    """Undo a failed call that made the memory in `folder`: its files and the folders it made.
+
+    `identity` is the (memory id, content version) the call left in the memory file.
+    The file is deleted only while it holds them or no memory at all, checked and
+    deleted under SQLite's write lock: another process may have opened the new memory
+    meanwhile and committed to it, and what it wrote is not this call's to delete.
+    With the file go the index cache and the folders of `made` (deepest first: those
+    the call created), each while empty. Best effort: a failure here raises nothing,
+    the caller's own error is what matters.
+    """
+    db = folder / DB_FILE
+    with contextlib.suppress(sqlite3.Error, OSError, ValueError):
+        if os.path.lexists(db) and not _delete_if_holds(db, identity):
+            return
+        (folder / INDEX_FILE).unlink(missing_ok=True)
+        remove_leftovers(folder)
+        for p in made:
+            p.rmdir()
+
+
+def _delete_if_holds(db: Path, identity: tuple[str | None, str | None]) -> bool:
+    """Delete the memory file `db` if it holds no memory or the one of `identity`."""
+    if db.is_symlink():
+        return False
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None)
+    try:
+        conn.execute("PRAGMA trusted_schema=OFF")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            found = dict(
+                conn.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('memory_id', 'content_version')"
+                ).fetchall()
+            )
+        except sqlite3.OperationalError:  # no meta table: no memory
+            found = {}
+        if "memory_id" in found:
+            stored = (
+                json.loads(found["memory_id"]),
+                json.loads(found.get("content_version", "null")),
+            )
+            if stored != identity:
+                return False
+        # Unlinked while the lock is held: no other connection commits in between.
+        db.unlink()
+        return True
+    finally:
+        conn.close()
+
+
 class MemoryStore(StoreBase):
     """Thread-safe access to one memory database (a file or in process)."""
+
+    # (folders made, memory id) of a memory `create` made; `discard` removes it.
+    _made: tuple[list[Path], str] | None = None
 
     # -- opening -----------------------------------------------------------------
 
     @classmethod
-    def create(cls, folder: str | os.PathLike[str] | None) -> MemoryStore:
+    def create(
+        cls, folder: str | os.PathLike[str] | None, meta: dict[str, Any] | None = None
+    ) -> MemoryStore:
         """Open the memory in `folder`, creating it if needed; `None` keeps it in process.
 
         An existing database is checked before anything is written to it: only
         this package's tables and indexes (some may be missing: they are added),
-        nothing else (`_sqlite_schema`).
+        nothing else (`_sqlite_schema`). `meta`: the values a new memory starts
+        with (a judge's configuration and embedding model), written in the
+        transaction that creates it; an existing memory keeps its own. If this
+        call fails, a memory file it was making is removed again, with the
+        folders it made; `discard` removes them after it returned.
         """
+        memory_id = uuid.uuid4().hex
+        if folder is None:
+            return cls._create(None, meta, memory_id)
+        path = Path(folder)
+        made = missing_folders(path)
+        new_file = not os.path.lexists(path / DB_FILE)
+        try:
+            store = cls._create(path, meta, memory_id)
+        except BaseException:
+            if new_file:
+                remove_new_memory(path, made, (memory_id, None))
+            raise
+        if new_file and store.get_meta("memory_id") == memory_id:
+            store._made = (made, memory_id)
+        return store
+
+    @classmethod
+    def _create(
+        cls, folder: Path | None, meta: dict[str, Any] | None, memory_id: str
+    ) -> MemoryStore:
         if folder is None:
             store = cls(_connect(":memory:"), None)
         else:
@@ -98,10 +192,14 @@ class MemoryStore(StoreBase):
                 # Deferred: a complete memory needs no write, so no wait for a writer.
                 try:
                     store._conn.executescript("BEGIN;" + _SCHEMA)
-                    if store.get_meta("schema_version") is None:
+                    new = store.get_meta("schema_version") is None
+                    if new:
                         store.set_meta("schema_version", SCHEMA_VERSION)
                     if store.get_meta("memory_id") is None:
-                        store.set_meta("memory_id", uuid.uuid4().hex)
+                        store.set_meta("memory_id", memory_id)
+                    if new and store.get_meta("config") is None:
+                        # A new memory exists with its configuration or not at all.
+                        store.set_metas(meta or {})
                     store._conn.execute("COMMIT")
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):  # SQLite may have ended it
@@ -214,6 +312,19 @@ class MemoryStore(StoreBase):
                 self.series_missing = version < _SERIES_SINCE
                 return version
         return SCHEMA_VERSION
+
+    def discard(self) -> None:
+        """Close the memory; remove it if `create` made it and nothing was committed since.
+
+        What an opening that fails after `create` calls: a new folder is removed
+        with the parents `create` made, a memory file made in an existing folder
+        is deleted. A memory another process committed to meanwhile is kept
+        (`remove_new_memory`).
+        """
+        self.close()
+        if self._made is not None and self.folder is not None:
+            made, memory_id = self._made
+            remove_new_memory(self.folder, made, (memory_id, None))
 
     # -- copies ---------------------------------------------------------------------
 

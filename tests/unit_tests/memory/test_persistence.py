@@ -249,19 +249,187 @@ def test_save_refuses_to_replace_another_judges_folder(
     replaced.close()
 
 
-def test_a_failed_create_stores_no_configuration_without_its_embeddings(
+class OpenInterrupted(Exception):
+    """The fault planted in a constructor or a save."""
+
+
+def _plant_open_fault(monkeypatch: pytest.MonkeyPatch, where: str) -> dict[str, Any]:
+    """A constructor fails at `where`; returns keywords for `make_judge`."""
+    import langchain_memalign.judge as judge_module
+    import langchain_memalign.memory.judge_memory as jm
+    from langchain_memalign.memory.store import MemoryStore, StoreBase
+
+    def fail(*_: Any, **__: Any) -> Any:
+        raise KeyboardInterrupt if where == "interrupt" else OpenInterrupted(where)
+
+    if where == "fingerprint":  # before anything is written
+        monkeypatch.setattr(jm, "embeddings_fingerprint", fail)
+    elif where == "meta":  # the write of the configuration
+        write = StoreBase._write_meta
+
+        def failing(store: Any, values: dict[str, Any], what: str) -> None:
+            if "config" in values:
+                fail()
+            write(store, values, what)
+
+        monkeypatch.setattr(StoreBase, "_write_meta", failing)
+    elif where == "format":  # the database is written: its check fails
+        monkeypatch.setattr(MemoryStore, "_check_format", fail)
+    elif where in ("reload", "interrupt"):  # the configuration is stored by then
+        monkeypatch.setattr(jm.JudgeMemory, "reload", fail)
+    elif where == "setup":  # the memory is open: the judge's graphs fail
+        monkeypatch.setattr(judge_module, "build_align_graph", fail)
+    else:  # an invalid model: raised after the memory was opened, before the fix
+        return {"model": 42}
+    return {}
+
+
+OPEN_FAULTS = ["fingerprint", "meta", "format", "reload", "interrupt", "setup", "model"]
+
+
+@pytest.mark.parametrize("where", OPEN_FAULTS)
+def test_a_failed_constructor_leaves_no_new_folder_behind(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A constructor that raises on a folder that did not exist leaves no folder (nor
+    its parents it made), so nothing opens later as a memory without a configuration."""
+    folder = tmp_path / "new" / "mem"
+    kwargs = _plant_open_fault(monkeypatch, where)
+    with pytest.raises((OpenInterrupted, KeyboardInterrupt, TypeError)):
+        make_judge(path=folder, **kwargs)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(MemoryFormatError, match="no MemAlign memory here"):
+        MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
+    judge = make_judge(path=folder, k=4)  # the same constructor, without the fault
+    judge.close()
+    loaded = MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
+    assert loaded.config == judge.config
+    loaded.close()
+
+
+@pytest.mark.parametrize("where", OPEN_FAULTS)
+def test_a_failed_constructor_leaves_an_existing_folder_as_it_was(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """An existing folder keeps what it held: its other files, and a memory byte for
+    byte (the changed configuration the constructor was to store included)."""
+    empty, kept = tmp_path / "empty", tmp_path / "kept"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("mine")
+    make_judge(path=kept).close()
+    kept_bytes = (kept / DB_FILE).read_bytes()
+    kwargs = _plant_open_fault(monkeypatch, where)
+    for folder in (empty, kept):
+        with pytest.raises((OpenInterrupted, KeyboardInterrupt, TypeError)):
+            make_judge(path=folder, k=4, **kwargs)
+    monkeypatch.undo()
+    assert [p.name for p in empty.iterdir()] == ["notes.txt"]
+    assert (kept / DB_FILE).read_bytes() == kept_bytes
+    loaded = MemAlignJudge.load(kept, model=model, embeddings=HashEmbeddings())
+    assert loaded.config.k == 3
+    loaded.close()
+
+
+def test_a_failed_constructor_keeps_a_memory_another_process_wrote_meanwhile(
     make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The configuration and the embedding model are written together or not at all: a
-    # memory with only the first would later open with any embedding model.
+    """The memory a failed constructor made is deleted only while no one committed to it:
+    another process that opened it meanwhile and aligned keeps what it wrote."""
+    from langchain_memalign.memory.judge_memory import JudgeMemory
+
+    folder = tmp_path / "new"
+    reload = JudgeMemory.reload
+    failed: list[bool] = []
+
+    def reload_then_fail(memory: JudgeMemory) -> None:
+        reload(memory)
+        if not failed:
+            failed.append(True)
+            other = make_judge(path=folder)  # opens the memory this call made
+            other.align([SWEATER])
+            other.close()
+            raise OpenInterrupted("after another process wrote")
+
+    monkeypatch.setattr(JudgeMemory, "reload", reload_then_fail)
+    with pytest.raises(OpenInterrupted):
+        make_judge(path=folder)
+    monkeypatch.undo()
+    loaded = MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
+    assert loaded.feedback_ids == ["sweater"]
+    loaded.close()
+
+
+def test_a_folder_of_before_memory_ids_keeps_its_configuration_when_opened(
+    make_judge: Any, model: Any, tmp_path: Path
+) -> None:
+    """A memory without a memory id gains one on open, but is no new memory: the
+    configuration a new memory starts with is not written over the one it stores."""
+    make_judge(path=tmp_path).close()
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    with conn:
+        conn.execute("DELETE FROM meta WHERE key='memory_id'")
+    conn.close()
+    with pytest.raises(MemoryFormatError, match="holds the memory of judge 'helpfulness'"):
+        make_judge(path=tmp_path, name="tone")
+    loaded = MemAlignJudge.load(tmp_path, model=model, embeddings=HashEmbeddings())
+    assert loaded.config.name == "helpfulness"
+    loaded.close()
+
+
+@pytest.mark.parametrize("where", ["copy", "index", "interrupt"])
+def test_a_failed_save_leaves_no_new_folder_and_the_previous_memory_whole(
+    make_judge: Any, model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A save that fails midway leaves no folder where there was none (nor its parents
+    it made) and a previous memory byte for byte, whichever step fails."""
     import langchain_memalign.memory.judge_memory as jm
 
-    def failing(_: Any) -> str:
-        raise RuntimeError("no fingerprint")
+    judge = make_judge()
+    judge.align([SWEATER])
+    old = tmp_path / "old"
+    judge.save(old)
+    old_bytes = (old / DB_FILE).read_bytes()
+    judge.align([HOURS])
+    real_link, real_replace, real_write = os.link, os.replace, jm.write_atomic
 
-    monkeypatch.setattr(jm, "embeddings_fingerprint", failing)
-    with pytest.raises(RuntimeError, match="no fingerprint"):
-        make_judge(path=tmp_path / "mem")
-    monkeypatch.undo()
-    with pytest.raises(MemoryFormatError, match="no judge configuration"):
-        MemAlignJudge.load(tmp_path / "mem", model=model, embeddings=HashEmbeddings())
+    def fail() -> None:
+        if where == "interrupt":
+            raise KeyboardInterrupt
+        raise OSError(5, "Input/output error")
+
+    def link(src: Any, dst: Any) -> None:
+        if where != "index" and str(dst).endswith(DB_FILE):
+            fail()
+        real_link(src, dst)
+
+    def replace(src: Any, dst: Any) -> None:
+        if where != "index" and str(dst).endswith(DB_FILE):
+            fail()
+        real_replace(src, dst)
+
+    def write_atomic(path: Path, write: Any) -> None:
+        if where == "index":
+            fail()
+        real_write(path, write)
+
+    new = tmp_path / "new" / "mem"
+    with monkeypatch.context() as m:
+        m.setattr(os, "link", link)
+        m.setattr(os, "replace", replace)
+        m.setattr(jm, "write_atomic", write_atomic)
+        for target in (new, old):
+            with pytest.raises((OSError, KeyboardInterrupt)):
+                judge.save(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
+    assert (old / DB_FILE).read_bytes() == old_bytes
+    with pytest.raises(MemoryFormatError, match="no MemAlign memory here"):
+        MemAlignJudge.load(new, model=model, embeddings=HashEmbeddings())
+    loaded = MemAlignJudge.load(old, model=model, embeddings=HashEmbeddings())
+    assert loaded.feedback_ids == ["sweater"]
+    loaded.close()
+    judge.save(new)  # the same save, without the fault
+    copy = MemAlignJudge.load(new, model=model, embeddings=HashEmbeddings())
+    assert copy.feedback_ids == ["sweater", "hours"]
+    copy.close()
+    judge.close()

@@ -151,10 +151,9 @@ def test_save_copies_folder_to_database_and_back(
     assert back.invoke(CASE) == on_db.invoke(CASE)
     # Saving again over an existing database judge replaces its content.
     folder_judge.save(url)
-    assert MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings()).feedback_ids == [
-        "sweater", "hours", "rude",
-    ]  # fmt: skip
-    for j in (folder_judge, on_db, back):
+    again = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert again.feedback_ids == ["sweater", "hours", "rude"]
+    for j in (folder_judge, on_db, back, again):
         j.close()
 
 
@@ -529,9 +528,9 @@ def test_save_copies_between_judges_of_databases(
         assert copy.guidelines == src.guidelines
         assert copy.history() == src.history()
         copy.close()
-    assert MemAlignJudge.load(src_url, model=model, embeddings=HashEmbeddings()).feedback_ids == [
-        "sweater", "hours",
-    ]  # fmt: skip
+    kept = MemAlignJudge.load(src_url, model=model, embeddings=HashEmbeddings())
+    assert kept.feedback_ids == ["sweater", "hours"]
+    kept.close()  # a pool left to the garbage collector fails a later test
     src.close()
 
 
@@ -616,20 +615,120 @@ def test_save_refuses_to_replace_another_judge_in_the_database(
     support.close()
 
 
-def test_a_failed_create_stores_no_configuration_without_its_embeddings(
-    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class OpenInterrupted(Exception):
+    """The fault planted in a constructor, after the memory was opened."""
+
+
+def _plant_open_fault(monkeypatch: pytest.MonkeyPatch, where: str) -> dict[str, Any]:
+    """A constructor of a new judge fails at `where`; returns keywords for `make_judge`."""
+    import langchain_memalign.judge as judge_module
     import langchain_memalign.memory.judge_memory as jm
 
-    def failing(_: Any) -> str:
-        raise RuntimeError("no fingerprint")
+    def fail(*_: Any, **__: Any) -> Any:
+        raise KeyboardInterrupt if where == "interrupt" else OpenInterrupted(where)
+
+    if where == "fingerprint":  # before anything is written
+        monkeypatch.setattr(jm, "embeddings_fingerprint", fail)
+    elif where == "meta":  # the write of the configuration
+        execute = psycopg.Connection.execute
+
+        def failing(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if "INSERT INTO memalign_meta" in str(query):
+                fail()
+            return execute(conn, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", failing)
+    elif where in ("reload", "interrupt"):  # the configuration is stored by then
+        monkeypatch.setattr(jm.JudgeMemory, "reload", fail)
+    elif where == "setup":  # the memory is open: the judge's graphs fail
+        monkeypatch.setattr(judge_module, "build_align_graph", fail)
+    else:  # an invalid model: raised after the memory was opened, before the fix
+        return {"model": 42}
+    return {}
+
+
+@pytest.mark.parametrize("where", ["fingerprint", "meta", "reload", "interrupt", "setup", "model"])
+def test_a_failed_constructor_leaves_no_judge_behind(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A new judge's row and its configuration are created whole or not at all: a
+    constructor that raises leaves the database as it was, whatever fails."""
+    make_judge(path=judge_url(db, "bystander"), name="bystander").close()  # tables exist
+    before = [
+        rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges ORDER BY name"),
+        rows(db, "SELECT judge, key, value FROM memalign_meta ORDER BY judge, key"),
+    ]
+    url = judge_url(db)
+    kwargs = _plant_open_fault(monkeypatch, where)
+    with pytest.raises((OpenInterrupted, KeyboardInterrupt, TypeError)):
+        make_judge(path=url, **kwargs)
+    monkeypatch.undo()
+    assert [
+        rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges ORDER BY name"),
+        rows(db, "SELECT judge, key, value FROM memalign_meta ORDER BY judge, key"),
+    ] == before
+    assert not memory_exists(url)
+    with pytest.raises(MemoryFormatError, match="no MemAlign memory for this judge"):
+        MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    judge = make_judge(path=url, k=4)  # the same constructor, without the fault
+    judge.close()
+    loaded = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert loaded.config == judge.config
+    loaded.close()
+
+
+def test_a_failed_constructor_leaves_an_existing_judge_as_it_was(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only what the failed call created is removed: a judge that was there, empty and
+    never written since its creation (another process's), stays, with the configuration
+    it stores (the changed one the constructor was to store is not)."""
+    url = judge_url(db)
+    make_judge(path=url).close()
+    before = [
+        rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges"),
+        rows(db, "SELECT judge, key, value FROM memalign_meta ORDER BY key"),
+    ]
+    _plant_open_fault(monkeypatch, "reload")
+    with pytest.raises(OpenInterrupted):
+        make_judge(path=url, k=4)
+    monkeypatch.undo()
+    assert [
+        rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges"),
+        rows(db, "SELECT judge, key, value FROM memalign_meta ORDER BY key"),
+    ] == before
+    loaded = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert (loaded.config.k, loaded.feedback_ids) == (3, [])
+    loaded.close()
+
+
+def test_a_failed_constructor_keeps_a_judge_another_process_wrote_meanwhile(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge a failed constructor added is deleted only while no one committed to
+    it: another process that opened it meanwhile and aligned keeps what it wrote."""
+    from langchain_memalign.memory.judge_memory import JudgeMemory
 
     url = judge_url(db)
-    monkeypatch.setattr(jm, "embeddings_fingerprint", failing)
-    with pytest.raises(RuntimeError, match="no fingerprint"):
+    reload = JudgeMemory.reload
+    failed: list[bool] = []
+
+    def reload_then_fail(memory: JudgeMemory) -> None:
+        reload(memory)
+        if not failed:
+            failed.append(True)
+            other = make_judge(path=url)  # opens the judge this call added
+            other.align([SWEATER])
+            other.close()
+            raise OpenInterrupted("after another process wrote")
+
+    monkeypatch.setattr(JudgeMemory, "reload", reload_then_fail)
+    with pytest.raises(OpenInterrupted):
         make_judge(path=url)
     monkeypatch.undo()
-    assert not rows(db, "SELECT key FROM memalign_meta WHERE key='config'")
+    loaded = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert loaded.feedback_ids == ["sweater"]
+    loaded.close()
 
 
 class SaveInterrupted(Exception):
@@ -670,5 +769,35 @@ def test_a_failed_save_to_a_new_judge_leaves_no_judge_behind(
     copy = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
     assert copy.feedback_ids == ["sweater", "hours"]
     assert copy.memory.store.change_seq() == 1
+    copy.close()
+    src.close()
+
+
+def test_a_failed_save_to_a_new_schema_leaves_its_tables_empty(
+    make_judge: Any, model: Any, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save that fails in a database without MemAlign tables leaves no judge; the schema
+    and the tables it created stay, empty: they are every judge's of that schema, created
+    once and idempotently, and another process may be opening a judge in them meanwhile."""
+    src = make_judge(name="src")
+    src.align([SWEATER])
+    url = judge_url(db) + "&schema=team_a"
+    executemany = psycopg.Cursor.executemany
+
+    def failing(cur: Any, query: Any, params_seq: Any, **kwargs: Any) -> Any:
+        if "memalign_episodes" in str(query):
+            raise SaveInterrupted("the save fails at the episodes")
+        return executemany(cur, query, params_seq, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "executemany", failing)
+    with pytest.raises(SaveInterrupted):
+        src.save(url)
+    monkeypatch.undo()
+    for t in ["memalign_judges", *TABLES]:
+        assert rows(db, f"SELECT count(*) FROM team_a.{t}") == [(0,)], t
+    assert not memory_exists(url)
+    assert src.save(url) == url
+    copy = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
+    assert copy.feedback_ids == ["sweater"]
     copy.close()
     src.close()
