@@ -10,6 +10,12 @@ from typing import Any
 import pytest
 from conftest import HOURS, INSTRUCTIONS, RUDE, SWEATER, fb
 from fakes import HashEmbeddings
+from open_faults import (
+    Fail,
+    OpenInterrupted,
+    assert_kept_what_another_process_wrote,
+    plant_open_fault,
+)
 
 from langchain_memalign import AlignFailedError, MemAlignJudge, MemoryFormatError
 from langchain_memalign.errors import EmbeddingMismatchError
@@ -249,39 +255,33 @@ def test_save_refuses_to_replace_another_judges_folder(
     replaced.close()
 
 
-class OpenInterrupted(Exception):
-    """The fault planted in a constructor or a save."""
+def _fail_meta_write(monkeypatch: pytest.MonkeyPatch, fail: Fail) -> None:
+    """The write of the configuration fails."""
+    from langchain_memalign.memory.store import StoreBase
+
+    write = StoreBase._write_meta
+
+    def failing(store: Any, values: dict[str, Any], what: str) -> None:
+        if "config" in values:
+            fail()
+        write(store, values, what)
+
+    monkeypatch.setattr(StoreBase, "_write_meta", failing)
+
+
+def _fail_format_check(monkeypatch: pytest.MonkeyPatch, fail: Fail) -> None:
+    """The database is written: its check fails."""
+    from langchain_memalign.memory.store import MemoryStore
+
+    monkeypatch.setattr(MemoryStore, "_check_format", fail)
+
+
+FOLDER_FAULTS = {"meta": _fail_meta_write, "format": _fail_format_check}
 
 
 def _plant_open_fault(monkeypatch: pytest.MonkeyPatch, where: str) -> dict[str, Any]:
-    """A constructor fails at `where`; returns keywords for `make_judge`."""
-    import langchain_memalign.judge as judge_module
-    import langchain_memalign.memory.judge_memory as jm
-    from langchain_memalign.memory.store import MemoryStore, StoreBase
-
-    def fail(*_: Any, **__: Any) -> Any:
-        raise KeyboardInterrupt if where == "interrupt" else OpenInterrupted(where)
-
-    if where == "fingerprint":  # before anything is written
-        monkeypatch.setattr(jm, "embeddings_fingerprint", fail)
-    elif where == "meta":  # the write of the configuration
-        write = StoreBase._write_meta
-
-        def failing(store: Any, values: dict[str, Any], what: str) -> None:
-            if "config" in values:
-                fail()
-            write(store, values, what)
-
-        monkeypatch.setattr(StoreBase, "_write_meta", failing)
-    elif where == "format":  # the database is written: its check fails
-        monkeypatch.setattr(MemoryStore, "_check_format", fail)
-    elif where in ("reload", "interrupt"):  # the configuration is stored by then
-        monkeypatch.setattr(jm.JudgeMemory, "reload", fail)
-    elif where == "setup":  # the memory is open: the judge's graphs fail
-        monkeypatch.setattr(judge_module, "build_align_graph", fail)
-    else:  # an invalid model: raised after the memory was opened, before the fix
-        return {"model": 42}
-    return {}
+    """A constructor on a folder fails at `where`; returns keywords for `make_judge`."""
+    return plant_open_fault(monkeypatch, where, FOLDER_FAULTS)
 
 
 OPEN_FAULTS = ["fingerprint", "meta", "format", "reload", "interrupt", "setup", "model"]
@@ -336,28 +336,7 @@ def test_a_failed_constructor_keeps_a_memory_another_process_wrote_meanwhile(
 ) -> None:
     """The memory a failed constructor made is deleted only while no one committed to it:
     another process that opened it meanwhile and aligned keeps what it wrote."""
-    from langchain_memalign.memory.judge_memory import JudgeMemory
-
-    folder = tmp_path / "new"
-    reload = JudgeMemory.reload
-    failed: list[bool] = []
-
-    def reload_then_fail(memory: JudgeMemory) -> None:
-        reload(memory)
-        if not failed:
-            failed.append(True)
-            other = make_judge(path=folder)  # opens the memory this call made
-            other.align([SWEATER])
-            other.close()
-            raise OpenInterrupted("after another process wrote")
-
-    monkeypatch.setattr(JudgeMemory, "reload", reload_then_fail)
-    with pytest.raises(OpenInterrupted):
-        make_judge(path=folder)
-    monkeypatch.undo()
-    loaded = MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
-    assert loaded.feedback_ids == ["sweater"]
-    loaded.close()
+    assert_kept_what_another_process_wrote(make_judge, model, tmp_path / "new", monkeypatch)
 
 
 def test_a_folder_of_before_memory_ids_keeps_its_configuration_when_opened(

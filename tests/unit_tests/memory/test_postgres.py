@@ -22,6 +22,12 @@ from typing import Any
 import pytest
 from conftest import HOURS, RUDE, SWEATER
 from fakes import HashEmbeddings
+from open_faults import (
+    Fail,
+    OpenInterrupted,
+    assert_kept_what_another_process_wrote,
+    plant_open_fault,
+)
 
 from langchain_memalign import AlignFailedError, Feedback, MemAlignJudge, MemoryFormatError
 from langchain_memalign.errors import EmbeddingMismatchError, MemoryUnavailableError
@@ -615,36 +621,21 @@ def test_save_refuses_to_replace_another_judge_in_the_database(
     support.close()
 
 
-class OpenInterrupted(Exception):
-    """The fault planted in a constructor, after the memory was opened."""
+def _fail_meta_insert(monkeypatch: pytest.MonkeyPatch, fail: Fail) -> None:
+    """The insert of the configuration fails."""
+    execute = psycopg.Connection.execute
+
+    def failing(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if "INSERT INTO memalign_meta" in str(query):
+            fail()
+        return execute(conn, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", failing)
 
 
 def _plant_open_fault(monkeypatch: pytest.MonkeyPatch, where: str) -> dict[str, Any]:
     """A constructor of a new judge fails at `where`; returns keywords for `make_judge`."""
-    import langchain_memalign.judge as judge_module
-    import langchain_memalign.memory.judge_memory as jm
-
-    def fail(*_: Any, **__: Any) -> Any:
-        raise KeyboardInterrupt if where == "interrupt" else OpenInterrupted(where)
-
-    if where == "fingerprint":  # before anything is written
-        monkeypatch.setattr(jm, "embeddings_fingerprint", fail)
-    elif where == "meta":  # the write of the configuration
-        execute = psycopg.Connection.execute
-
-        def failing(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-            if "INSERT INTO memalign_meta" in str(query):
-                fail()
-            return execute(conn, query, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Connection, "execute", failing)
-    elif where in ("reload", "interrupt"):  # the configuration is stored by then
-        monkeypatch.setattr(jm.JudgeMemory, "reload", fail)
-    elif where == "setup":  # the memory is open: the judge's graphs fail
-        monkeypatch.setattr(judge_module, "build_align_graph", fail)
-    else:  # an invalid model: raised after the memory was opened, before the fix
-        return {"model": 42}
-    return {}
+    return plant_open_fault(monkeypatch, where, {"meta": _fail_meta_insert})
 
 
 @pytest.mark.parametrize("where", ["fingerprint", "meta", "reload", "interrupt", "setup", "model"])
@@ -707,32 +698,23 @@ def test_a_failed_constructor_keeps_a_judge_another_process_wrote_meanwhile(
 ) -> None:
     """The judge a failed constructor added is deleted only while no one committed to
     it: another process that opened it meanwhile and aligned keeps what it wrote."""
-    from langchain_memalign.memory.judge_memory import JudgeMemory
-
-    url = judge_url(db)
-    reload = JudgeMemory.reload
-    failed: list[bool] = []
-
-    def reload_then_fail(memory: JudgeMemory) -> None:
-        reload(memory)
-        if not failed:
-            failed.append(True)
-            other = make_judge(path=url)  # opens the judge this call added
-            other.align([SWEATER])
-            other.close()
-            raise OpenInterrupted("after another process wrote")
-
-    monkeypatch.setattr(JudgeMemory, "reload", reload_then_fail)
-    with pytest.raises(OpenInterrupted):
-        make_judge(path=url)
-    monkeypatch.undo()
-    loaded = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
-    assert loaded.feedback_ids == ["sweater"]
-    loaded.close()
+    assert_kept_what_another_process_wrote(make_judge, model, judge_url(db), monkeypatch)
 
 
 class SaveInterrupted(Exception):
     """The fault planted in the middle of a save's copy."""
+
+
+def _fail_at_the_episodes(monkeypatch: pytest.MonkeyPatch, fault: type[BaseException]) -> None:
+    """A save fails midway: after its meta and feedback rows, at the episodes."""
+    executemany = psycopg.Cursor.executemany
+
+    def failing(cur: Any, query: Any, params_seq: Any, **kwargs: Any) -> Any:
+        if "memalign_episodes" in str(query):
+            raise fault("the save fails at the episodes")
+        return executemany(cur, query, params_seq, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "executemany", failing)
 
 
 @pytest.mark.parametrize("fault", [SaveInterrupted, KeyboardInterrupt])
@@ -746,14 +728,7 @@ def test_a_failed_save_to_a_new_judge_leaves_no_judge_behind(
     url = judge_url(db)
     make_judge(path=judge_url(db, "bystander"), name="bystander").close()  # tables exist
     judges_before = rows(db, "SELECT name, memory_id, change_seq FROM memalign_judges")
-    executemany = psycopg.Cursor.executemany
-
-    def failing(cur: Any, query: Any, params_seq: Any, **kwargs: Any) -> Any:
-        if "memalign_episodes" in str(query):
-            raise fault("the save fails at the episodes")
-        return executemany(cur, query, params_seq, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "executemany", failing)
+    _fail_at_the_episodes(monkeypatch, fault)
     with pytest.raises(fault):
         src.save(url)
     monkeypatch.undo()
@@ -782,14 +757,7 @@ def test_a_failed_save_to_a_new_schema_leaves_its_tables_empty(
     src = make_judge(name="src")
     src.align([SWEATER])
     url = judge_url(db) + "&schema=team_a"
-    executemany = psycopg.Cursor.executemany
-
-    def failing(cur: Any, query: Any, params_seq: Any, **kwargs: Any) -> Any:
-        if "memalign_episodes" in str(query):
-            raise SaveInterrupted("the save fails at the episodes")
-        return executemany(cur, query, params_seq, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "executemany", failing)
+    _fail_at_the_episodes(monkeypatch, SaveInterrupted)
     with pytest.raises(SaveInterrupted):
         src.save(url)
     monkeypatch.undo()
