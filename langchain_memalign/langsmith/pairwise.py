@@ -25,9 +25,9 @@ reviewer changed their mind updates the item when aligned rather than adding ano
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langsmith import Client
 from langsmith import schemas as ls_schemas
@@ -229,6 +229,21 @@ def _model_verdicts(
     return verdicts
 
 
+_Read = TypeVar("_Read")
+
+
+def _read_once(
+    cache: dict[str, _Read | None], key: str, read: Callable[[str], _Read]
+) -> _Read | None:
+    """`read(key)` the first time a key is asked, None if LangSmith has no such object."""
+    if key not in cache:
+        try:
+            cache[key] = read(key)
+        except ls_utils.LangSmithNotFoundError:
+            cache[key] = None
+    return cache[key]
+
+
 def _item(
     client: Client,
     cid: str,
@@ -245,12 +260,7 @@ def _item(
         rid = str(record.run_id) if record.run_id else None
         if rid is None:
             raise _Skip(f"feedback {record.id} is not on a run")
-        if rid not in runs:
-            try:
-                runs[rid] = client.read_run(rid)
-            except ls_utils.LangSmithNotFoundError:
-                runs[rid] = None
-        run = runs[rid]
+        run = _read_once(runs, rid, client.read_run)
         if run is None:
             raise _Skip(f"run {rid} was not found")
         experiment = str(run.session_id)
@@ -268,12 +278,7 @@ def _item(
     example: ls_schemas.Example | None = None
     if run_a.reference_example_id is not None:
         eid = str(run_a.reference_example_id)
-        if eid not in examples:
-            try:
-                examples[eid] = client.read_example(eid)
-            except ls_utils.LangSmithNotFoundError:
-                examples[eid] = None
-        example = examples[eid]
+        example = _read_once(examples, eid, client.read_example)
         if example is None:
             raise _Skip(f"example {eid} was not found")
     case = build([run_a, run_b], example)
