@@ -129,6 +129,14 @@ def _c(name: str, sqlite: str | None, pg: str | None, **kw: Any) -> Column:
 _JUDGE = _c("judge", None, _JUDGE_FK, role="judge")
 _OWNED = _c("judge", None, "text NOT NULL", role="judge")  # owned through a composite key
 _ORD = _c("ord", None, "bigint GENERATED ALWAYS AS IDENTITY", role="order")
+# The key of an append-only log (history, the agreement series): numbered as it is written.
+_LOG_SEQ = _c(
+    "seq",
+    "INTEGER PRIMARY KEY AUTOINCREMENT",
+    "bigint GENERATED ALWAYS AS IDENTITY",
+    role="key",
+    load=int,
+)
 
 TABLES: tuple[Table, ...] = (
     Table("schema", (
@@ -217,8 +225,7 @@ TABLES: tuple[Table, ...] = (
     ), dump="sources", order="{ord}"),
     Table("history", (
         _JUDGE,
-        _c("seq", "INTEGER PRIMARY KEY AUTOINCREMENT", "bigint GENERATED ALWAYS AS IDENTITY",
-           role="key", load=int),
+        _LOG_SEQ,
         _c("at", "TEXT NOT NULL", "text NOT NULL"),
         _c("action", "TEXT NOT NULL", "text NOT NULL"),
         _c("feedback_ids", "TEXT NOT NULL", "text NOT NULL"),
@@ -229,8 +236,7 @@ TABLES: tuple[Table, ...] = (
     # happened (`kind` "align"). A review's row goes with its feedback (unalign removes it).
     Table("prequential", (
         _JUDGE,
-        _c("seq", "INTEGER PRIMARY KEY AUTOINCREMENT", "bigint GENERATED ALWAYS AS IDENTITY",
-           role="key", load=int),
+        _LOG_SEQ,
         _c("at", "TEXT NOT NULL", "text NOT NULL"),
         _c("kind", "TEXT NOT NULL", "text NOT NULL"),
         _c("feedback_id", "TEXT UNIQUE REFERENCES feedback(id) ON DELETE CASCADE", "text"),
