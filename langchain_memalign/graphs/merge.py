@@ -78,12 +78,21 @@ class Merge:
                     candidates.append(p)
         # A pair's rule has its pair as sources by construction; the support test is for
         # what a model cites (docs/decisions.md#reflection-contrast-pairs).
-        min_support = None if pairs else mem.config.options.reflection.source_support
+        source_support = mem.config.options.reflection.source_support
+        min_support = None if pairs else source_support
+        # Rationales are embedded for the support test, and in a pair for the partner of
+        # the case the model named (`_origin`).
         rationale_ids = (
             []
-            if min_support is None
+            if source_support is None
             else sorted(
-                {s for p in candidates for s in p.source_ids if s in known and known[s].rationale}
+                {
+                    s
+                    for p in candidates
+                    if not pairs or p.origin
+                    for s in p.source_ids
+                    if s in known and known[s].rationale
+                }
             )
         )
         proposal_texts = list(dict.fromkeys(" ".join(p.text.split()) for p in candidates))
@@ -150,7 +159,10 @@ class Merge:
             # The sources a guideline comes from, by support (or, in a pair, by what the
             # model says states it), must have gone the way it moves verdicts: an order to
             # pass, obeyed from a case the expert failed, has no such source.
-            origin = support if min_support is not None else (p.origin or support)
+            if min_support is not None:
+                origin = support
+            else:
+                origin = _origin(p, proposal_vectors[text], rationale_vectors, source_support)
             values = [known[s].value for s in origin if s in known]
             if direction.unsupported(mem.config.scale, p.direction, values):
                 given = ", ".join(dict.fromkeys(format_value(v) for v in values))
@@ -260,3 +272,28 @@ class Merge:
             topics.setdefault(key, ([], sim))[0].append(fid)
         ranked = sorted(topics.values(), key=lambda t: -t[1])
         return [(tuple(ids), sim) for ids, sim in ranked[:n]]
+
+
+def _origin(
+    p: Proposal,
+    vector: np.ndarray,
+    rationale_vectors: dict[str, np.ndarray],
+    source_support: float | None,
+) -> list[str]:
+    """The cases of a pair a rule's direction is checked against.
+
+    Those the model named as stating it, and the pair's other case when its rationale
+    supports the rule as well as a named one does (`supporting_sources` over the pair
+    keeps both): a model often names only the case that kept a requirement ("asked to
+    confirm it with a pharmacist", passed), not the one whose reason states it too
+    ("never asks him to run it past a pharmacist", failed). An order in one case's text
+    is not stated as well by the honest reason of the other, so it stays refused.
+    """
+    if not p.origin:
+        return p.source_ids
+    if source_support is None:
+        return p.origin
+    support = supporting_sources(vector, p.source_ids, rationale_vectors, source_support)
+    if not set(support) & set(p.origin):
+        return p.origin
+    return list(dict.fromkeys([*p.origin, *support]))

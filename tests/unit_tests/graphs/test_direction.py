@@ -169,6 +169,47 @@ def test_a_pair_rule_stated_by_both_cases_is_checked_against_both(make_judge: An
         assert any(g.text == rule for g in judge.guidelines) is kept, report.guidelines_rejected
 
 
+@pytest.mark.parametrize(
+    ("blamed_why", "kept"),
+    [
+        # its reason states the rule as well as the praised one's: it counts
+        ("The order is late and the reply gives the date without an apology before it: "
+         "it must apologize.", True),
+        # a reason that states something else: only the case the model named counts
+        ("Too short.", False),
+    ],
+)  # fmt: skip
+def test_in_a_pair_the_case_the_model_did_not_name_counts_when_its_reason_states_the_rule(
+    make_judge: Any, blamed_why: str, kept: bool
+) -> None:
+    # The model names only the praised case (a small model often does): at the default
+    # support test, the failed case beside it supports the requirement if its rationale
+    # states it as well as the named one's does (`provenance.supporting_sources`).
+    praise = (
+        "Good: when an order is late the reply must apologize before giving the date, and it does."
+    )
+    praised = fb("p", "My order is late!", "Sorry! It arrives Thursday.", True, praise)
+    blamed = fb("b", "My order is late!!", "It arrives Thursday.", False, blamed_why)
+    rule = "When an order is late, the reply must apologize before giving the date."
+    options = {"reflection": {"mode": "pairs", "source_support": 0.4}}
+    model = ScriptedChatModel(responder=Obeying(praise, rule, "fail"))
+    judge = make_judge(model=model, options=options)
+    report = judge.align([praised, blamed])
+    assert any(g.text == rule for g in judge.guidelines) is kept, report.guidelines_rejected
+
+
+def test_an_order_beside_an_honest_case_stays_refused_at_the_default_support(
+    make_judge: Any,
+) -> None:
+    # The honest reason beside the order does not state the obeyed rule: it never counts.
+    options = {"reflection": {"mode": "pairs", "source_support": 0.4}}
+    model = ScriptedChatModel(responder=Obeying(GERMAN, OBEYED, "pass"))
+    judge = make_judge(model=model, options=options)
+    report = judge.align([ORDERED, HOURS])
+    assert not any(g.text == OBEYED for g in judge.guidelines)
+    assert any(r.text == OBEYED for r in report.guidelines_rejected)
+
+
 @pytest.mark.parametrize(("declared", "kept"), [("pass", False), ("fail", True)])
 def test_a_re_derived_guideline_is_checked_against_its_remaining_sources(
     make_judge: Any, declared: str, kept: bool

@@ -137,13 +137,19 @@ def _refused_by(reason: str) -> str:
 
 
 @cache
-def run(row_id: str, mode: str, *, lying: bool = False, similar: bool = False) -> dict[str, Any]:
-    """One row aligned beside its second case: whether its guideline was kept, and why not."""
+def run(
+    row_id: str, mode: str, *, lying: bool = False, similar: bool = False, cites: bool = True
+) -> dict[str, Any]:
+    """One row aligned beside its second case: whether its guideline was kept, and why not.
+
+    `cites=False`: the model names only the case it read the rule in, even where the
+    similar case's reason states it too.
+    """
     row = next(r for r in ROWS if r["id"] == row_id)
     scale = Scale.of(SCALES[row["scale"]])
     case = _case(row)
     second = _similar(row) if similar else _unrelated(row)
-    also = second if similar and row["partner"]["states_rule"] else None
+    also = second if similar and cites and row["partner"]["states_rule"] else None
     model = ScriptedChatModel(responder=Author(row, scale, lying=lying, also=also))
     options = merge_options(TEST_OPTIONS, {"reflection": {"mode": mode}})
     judge = MemAlignJudge(
@@ -205,6 +211,7 @@ def _counts() -> dict[str, Any]:
         lied = {r["id"]: run(r["id"], mode, lying=True) for r in ATTACKS}
         alone = {r["id"]: run(r["id"], mode) for r in HONEST}
         paired = {r["id"]: run(r["id"], mode, similar=True) for r in HONEST}
+        uncited = {r["id"]: run(r["id"], mode, similar=True, cites=False) for r in HONEST}
         refused = Counter(o["refused_by"] for o in attacks.values() if not o["kept"])
         table[mode] = {
             "attacks kept": sorted(i for i, o in attacks.items() if o["kept"]),
@@ -213,6 +220,9 @@ def _counts() -> dict[str, Any]:
             "honest refused, alone": sorted(i for i, o in alone.items() if not o["kept"]),
             "honest refused, beside a similar case": sorted(
                 i for i, o in paired.items() if not o["kept"]
+            ),
+            "honest refused, beside a similar case, only its own named": sorted(
+                i for i, o in uncited.items() if not o["kept"]
             ),
         }
     return table
@@ -234,6 +244,9 @@ EXPECTED = {
         # requirements taught by praise alone: no source failed
         "honest refused, alone": ["h04", "h08", "h11", "h15"],
         "honest refused, beside a similar case": [],
+        # citations trusted (`source_support=None`, as here): the similar case is not
+        # read (`test_direction_in_pairs.py` tests it at the default)
+        "honest refused, beside a similar case, only its own named": ["h04", "h08", "h11", "h15"],
     },
     "batch": {
         "attacks kept": ["a10", "a11", "a15"],
@@ -242,6 +255,7 @@ EXPECTED = {
         "attacks kept, direction lied": LIED,
         "honest refused, alone": ["h04", "h08", "h11", "h15"],
         "honest refused, beside a similar case": [],
+        "honest refused, beside a similar case, only its own named": ["h04", "h08", "h11", "h15"],
     },
 }
 
