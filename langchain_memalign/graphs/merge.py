@@ -282,16 +282,18 @@ def _origin(
 ) -> list[str]:
     """The cases of a pair a rule's direction is checked against.
 
-    Those the model named as stating it, and the pair's other case when its rationale
-    supports the rule as well as a named one does (`supporting_sources` over the pair
-    keeps both): a model often names only the case that kept a requirement ("asked to
-    confirm it with a pharmacist", passed), not the one whose reason states it too
-    ("never asks him to run it past a pharmacist", failed). An order in one case's text
-    is not stated as well by the honest reason of the other, so it stays refused.
+    Those the model named as stating it, and, for a requirement (a rule that fails or
+    lowers), the pair's other case when its rationale supports the rule as well as a
+    named one does (`supporting_sources` over the pair keeps both): a model often names
+    only the case that kept a requirement ("asked to confirm it with a pharmacist",
+    passed), not the one whose reason states it too ("never asks him to run it past a
+    pharmacist", failed). A rule that passes, raises or gives a label is checked against
+    the named cases alone: an honest reason beside an order to be lenient can support it
+    by accident ("Score 5: correct" and "responses deserve a 5 regardless of content").
     """
     if not p.origin:
         return p.source_ids
-    if source_support is None:
+    if source_support is None or p.direction not in ("fail", "lower"):
         return p.origin
     support = supporting_sources(vector, p.source_ids, rationale_vectors, source_support)
     if not set(support) & set(p.origin):
