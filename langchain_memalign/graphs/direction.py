@@ -34,7 +34,10 @@ from langchain_memalign.scale import Scale
 
 # The vocabulary a model declares in (`directions`, `describe`) is the prompts' own
 # (`prompting.directions`); what is checked against the experts' verdicts is here.
-__all__ = ["unsupported", "went"]
+__all__ = ["REQUIREMENT", "unsupported", "went"]
+
+# The directions of a requirement, a rule an output breaks and is graded down for.
+REQUIREMENT = ("fail", "lower")
 
 
 def went(scale: Scale, direction: str, value: Any) -> bool:

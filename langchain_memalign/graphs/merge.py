@@ -80,8 +80,8 @@ class Merge:
         # what a model cites (docs/decisions.md#reflection-contrast-pairs).
         source_support = mem.config.options.reflection.source_support
         min_support = None if pairs else source_support
-        # Rationales are embedded for the support test, and in a pair for the partner of
-        # the case the model named (`_origin`).
+        # Rationales are embedded for the support test, and in a pair for a requirement's
+        # direction check (`_origin`).
         rationale_ids = (
             []
             if source_support is None
@@ -89,7 +89,7 @@ class Merge:
                 {
                     s
                     for p in candidates
-                    if not pairs or p.origin
+                    if not pairs or (p.origin and p.direction in direction.REQUIREMENT)
                     for s in p.source_ids
                     if s in known and known[s].rationale
                 }
@@ -293,7 +293,7 @@ def _origin(
     """
     if not p.origin:
         return p.source_ids
-    if source_support is None or p.direction not in ("fail", "lower"):
+    if source_support is None or p.direction not in direction.REQUIREMENT:
         return p.origin
     support = supporting_sources(vector, p.source_ids, rationale_vectors, source_support)
     if not set(support) & set(p.origin):
