@@ -21,7 +21,6 @@ from here.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -58,13 +57,7 @@ from langchain_memalign.memory.episodic import Episode, as_matrix
 from langchain_memalign.memory.location import Location, is_postgres_url
 from langchain_memalign.memory.postgres import PostgresStore
 from langchain_memalign.memory.semantic import Guideline, select_guidelines, total_tokens
-from langchain_memalign.memory.store import (
-    DB_FILE,
-    INDEX_FILE,
-    missing_folders,
-    remove_leftovers,
-    remove_new_memory,
-)
+from langchain_memalign.memory.store import INDEX_FILE, remove_leftovers, undone_if_it_fails
 from langchain_memalign.models import embeddings_fingerprint
 from langchain_memalign.reports import Usage
 
@@ -249,15 +242,9 @@ class JudgeMemory(PublishingMemory):
                 return
             # A save that fails leaves a target without a memory as it was: what it made
             # there goes again, the folders it created too.
-            made = missing_folders(target)
-            new = not os.path.lexists(target / DB_FILE)
-            try:
+            copy = (identity["memory_id"], identity["content_version"])
+            with undone_if_it_fails(target, copy):
                 self._replace_folder(target, overwrite, write_index)
-            except BaseException:
-                if new:
-                    copy = (identity["memory_id"], identity["content_version"])
-                    remove_new_memory(target, made, copy)
-                raise
 
     def _replace_folder(
         self, target: Path, overwrite: bool, write_index: Callable[[], None]

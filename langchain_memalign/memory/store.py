@@ -26,7 +26,7 @@ import os
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,26 @@ def missing_folders(folder: Path) -> list[Path]:
             break
         missing.append(p)
     return missing
+
+
+@contextlib.contextmanager
+def undone_if_it_fails(
+    folder: Path, identity: tuple[str | None, str | None]
+) -> Iterator[tuple[list[Path], bool]]:
+    """Around a call that may make the memory in `folder`: if it raises, what it made goes.
+
+    Yields the folders the call would create (deepest first, `missing_folders`) and
+    whether `folder` held no memory file before; on an error in a folder that held none,
+    `remove_new_memory(folder, made, identity)` runs before the error propagates.
+    """
+    made = missing_folders(folder)
+    new = not os.path.lexists(folder / DB_FILE)
+    try:
+        yield made, new
+    except BaseException:
+        if new:
+            remove_new_memory(folder, made, identity)
+        raise
 
 
 def remove_new_memory(
@@ -161,14 +181,8 @@ class MemoryStore(StoreBase):
         if folder is None:
             return cls._create(None, meta, memory_id)
         path = Path(folder)
-        made = missing_folders(path)
-        new_file = not os.path.lexists(path / DB_FILE)
-        try:
+        with undone_if_it_fails(path, (memory_id, None)) as (made, new_file):
             store = cls._create(path, meta, memory_id)
-        except BaseException:
-            if new_file:
-                remove_new_memory(path, made, (memory_id, None))
-            raise
         if new_file and store.get_meta("memory_id") == memory_id:
             store._made = (made, memory_id)
         return store
