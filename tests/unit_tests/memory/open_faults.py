@@ -77,3 +77,22 @@ def assert_kept_what_another_process_wrote(
     loaded = MemAlignJudge.load(location, model=model, embeddings=HashEmbeddings())
     assert loaded.feedback_ids == ["sweater"]
     loaded.close()
+
+
+def assert_nothing_left_then_created(
+    make_judge: Any, model: Any, location: Any, missing: str
+) -> None:
+    """After a failed constructor: no memory opens at `location` (`MemoryFormatError`
+    matching `missing`), and the same constructor without the fault makes one whose
+    configuration loads back."""
+    from fakes import HashEmbeddings
+
+    from langchain_memalign.errors import MemoryFormatError
+
+    with pytest.raises(MemoryFormatError, match=missing):
+        MemAlignJudge.load(location, model=model, embeddings=HashEmbeddings())
+    judge = make_judge(path=location, k=4)  # the same constructor, without the fault
+    judge.close()
+    loaded = MemAlignJudge.load(location, model=model, embeddings=HashEmbeddings())
+    assert loaded.config == judge.config
+    loaded.close()

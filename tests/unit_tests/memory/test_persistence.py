@@ -14,6 +14,7 @@ from open_faults import (
     Fail,
     OpenInterrupted,
     assert_kept_what_another_process_wrote,
+    assert_nothing_left_then_created,
     plant_open_fault,
 )
 
@@ -299,13 +300,7 @@ def test_a_failed_constructor_leaves_no_new_folder_behind(
         make_judge(path=folder, **kwargs)
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(MemoryFormatError, match="no MemAlign memory here"):
-        MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
-    judge = make_judge(path=folder, k=4)  # the same constructor, without the fault
-    judge.close()
-    loaded = MemAlignJudge.load(folder, model=model, embeddings=HashEmbeddings())
-    assert loaded.config == judge.config
-    loaded.close()
+    assert_nothing_left_then_created(make_judge, model, folder, "no MemAlign memory here")
 
 
 @pytest.mark.parametrize("where", OPEN_FAULTS)

@@ -26,6 +26,7 @@ from open_faults import (
     Fail,
     OpenInterrupted,
     assert_kept_what_another_process_wrote,
+    assert_nothing_left_then_created,
     plant_open_fault,
 )
 
@@ -659,13 +660,7 @@ def test_a_failed_constructor_leaves_no_judge_behind(
         rows(db, "SELECT judge, key, value FROM memalign_meta ORDER BY judge, key"),
     ] == before
     assert not memory_exists(url)
-    with pytest.raises(MemoryFormatError, match="no MemAlign memory for this judge"):
-        MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
-    judge = make_judge(path=url, k=4)  # the same constructor, without the fault
-    judge.close()
-    loaded = MemAlignJudge.load(url, model=model, embeddings=HashEmbeddings())
-    assert loaded.config == judge.config
-    loaded.close()
+    assert_nothing_left_then_created(make_judge, model, url, "no MemAlign memory for this judge")
 
 
 def test_a_failed_constructor_leaves_an_existing_judge_as_it_was(
