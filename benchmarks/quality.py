@@ -26,7 +26,9 @@ Per data set and seed, on the same chat and embedding servers:
      score_first (prompt.verdict_order="rationale_first": the rationale before the score;
      judged at stage 0 too, and on every data set, rationales or not), reasoned_floor
      (retrieval.min_similarity_with_rationale=0.9: a bool judge shows past cases with a
-     rationale only when they are near duplicates; bool scales only);
+     rationale only when they are near duplicates, the default since Nov 29; bool scales
+     only), and, named only, reasoned_any (retrieval.min_similarity_with_rationale=None:
+     the bool default before);
    - with --mlflow, MLflow 3.18's MemAlign (`mlflow`, stage 0 = MLflow's unaligned
      `make_judge`) through `mlflow_baseline/run_mlflow_memalign.py --stages` in the MLflow
      venv, behind the counting proxy.
@@ -110,9 +112,13 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "pairwise_separate": {"prompt.pairwise_mode": "both_orders"},
     "pairwise_orders": {"prompt.pairwise_mode": "one_order"},
     "score_first": {"prompt.verdict_order": "rationale_first"},
-    # Past cases with a rationale shown only when near duplicates, as before the eighth
-    # session made a bool judge show its k nearest (config.default_floor).
+    # Past cases with a rationale shown only when near duplicates: a bool judge's default
+    # before the eighth session and again since the floor decision of Nov 29
+    # (config.DEFAULT_FLOOR); kept so that the manifest's older entries still run.
     "reasoned_floor": {"retrieval.min_similarity_with_rationale": 0.9},
+    # The k nearest past cases with a rationale, however far: a bool judge's default
+    # between those two (docs/decisions.md#past-cases-with-a-rationale-on-bool-scales).
+    "reasoned_any": {"retrieval.min_similarity_with_rationale": None},
 }
 # Pairwise ablations exist only for pairwise scales, and change how an empty-memory judge
 # judges (so they are measured at stage 0 too).
@@ -122,7 +128,7 @@ PAIRWISE_ABLATIONS = {"pairwise_separate", "pairwise_orders"}
 ANSWER_ABLATIONS = {"score_first"}
 STAGE0_ABLATIONS = PAIRWISE_ABLATIONS | ANSWER_ABLATIONS
 # Ablations of a default that only bool scales changed: elsewhere the judge equals ours.
-BOOL_ABLATIONS = {"reasoned_floor"}
+BOOL_ABLATIONS = {"reasoned_floor", "reasoned_any"}
 COLLAPSE_SHARE = 0.9
 
 
@@ -836,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario-dir", default=str(ROOT.parent / "shared" / "scenarios"))
     ap.add_argument("--datasets", default="halubench,pandalm,prometheus,feedbackqa,support-apology")
     ap.add_argument("--systems", default="unaligned,few_shot,ours")
-    ap.add_argument("--ablations", default=",".join(ABLATIONS))
+    ap.add_argument("--ablations", default=",".join(a for a in ABLATIONS if a != "reasoned_any"))
     ap.add_argument(
         "--ablation-stages",
         default="",

@@ -172,17 +172,20 @@ def langsmith_client(use_env: bool) -> Iterator[langsmith.Client]:
 def serve(client: langsmith.Client, project: str, wave: list[Case]) -> dict[str, Case]:
     """'Production': the bot answers each customer; each answer is a traced root run."""
     traced: dict[str, Case] = {}
+    by_question = {case[0]: case for case in wave}
 
+    # Traced with the customer's message alone: the run the judge reads is what
+    # production sees, never the reviewers' verdict and reason.
     @langsmith.traceable(name="support_bot")
-    def support_bot(case: Case) -> str:
+    def support_bot(question: str) -> str:
         run = langsmith.get_current_run_tree()
         assert run is not None
-        traced[str(run.id)] = case
-        return case[1]
+        traced[str(run.id)] = by_question[question]
+        return by_question[question][1]
 
     with langsmith.tracing_context(enabled=True, client=client, project_name=project):
         for case in wave:
-            support_bot(case)
+            support_bot(case[0])
     client.flush()
     return traced
 

@@ -46,7 +46,7 @@ __all__ = [
     "ValidationOptions",
 ]
 
-# The value (and default) of a similarity floor that is chosen by the judge's scale.
+# The value (and default) of a similarity floor resolved when the judge is made (`DEFAULT_FLOOR`).
 AUTO: Literal["auto"] = "auto"
 # The similarity floors of `RetrievalOptions`.
 FLOORS = ("min_similarity", "min_similarity_with_rationale")
@@ -54,17 +54,11 @@ FLOORS = ("min_similarity", "min_similarity_with_rationale")
 Floor = Annotated[float, Field(ge=-1.0, le=1.0)] | Literal["auto"] | None
 
 
-def default_floor(scale: Scale, *, with_rationale: bool = False) -> float | None:
-    """The similarity floor for past cases when none is given: by the kind of scale.
-
-    Past cases are shown only when they are near duplicates (0.9), since a small judge
-    copies the verdicts it is shown whether or not the cases are alike; on bool scales
-    past cases with a rationale are shown at any similarity, as worked examples of the
-    rule (docs/decisions.md#past-cases-the-similarity-floor).
-    """
-    if with_rationale and scale.kind == "bool":
-        return None
-    return 0.9
+# The similarity floor of past cases when none is given, on every scale: near duplicates
+# only, since a small judge copies the verdicts it is shown whether or not the cases are
+# alike; the rules the rationales teach reach it as guidelines and checks
+# (docs/decisions.md#past-cases-the-similarity-floor).
+DEFAULT_FLOOR = 0.9
 
 
 class _Group(BaseModel):
@@ -86,9 +80,8 @@ class RetrievalOptions(_Group):
     min_similarity_with_rationale: Floor = Field(
         default=AUTO,
         description="The floor for past cases that carry the expert's rationale. Default "
-        "(or \"auto\"): None (the k nearest, however far) on bool scales, where a verdict "
-        "with its reason is a worked example of the rule; 0.9 on numeric, categorical and "
-        "pairwise scales.",
+        "(or \"auto\"): 0.9, as `min_similarity`; None shows the k nearest, however far. "
+        "A memory keeps the floors it was stored with.",
     )  # fmt: skip
     embed: Literal["inputs", "inputs_outputs"] = Field(
         default="inputs",
@@ -500,7 +493,7 @@ class JudgeConfig(BaseModel):
             retrieval.min_similarity_with_rationale if with_rationale else retrieval.min_similarity
         )
         if isinstance(value, str):  # "auto": resolved on validation, unless set after
-            return default_floor(self.scale, with_rationale=with_rationale)
+            return DEFAULT_FLOOR
         return value
 
     @model_validator(mode="before")
@@ -511,15 +504,11 @@ class JudgeConfig(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _floors_by_scale(self) -> JudgeConfig:
-        # A default that depends on another field: an "auto" floor is resolved from the
-        # scale, so that the stored configuration says which floor the judge uses.
+    def _resolve_auto_floors(self) -> JudgeConfig:
+        # An "auto" floor is resolved when the judge is made, so that the stored
+        # configuration says which floor the judge uses: a later default changes no memory.
         retrieval = self.options.retrieval
-        floors = {
-            f: default_floor(self.scale, with_rationale=f == "min_similarity_with_rationale")
-            for f in FLOORS
-            if getattr(retrieval, f) == AUTO
-        }
+        floors = {f: DEFAULT_FLOOR for f in FLOORS if getattr(retrieval, f) == AUTO}
         if floors:
             self.options = self.options.model_copy(
                 update={"retrieval": retrieval.model_copy(update=floors)}

@@ -40,7 +40,7 @@ FILES = {
 # feedbackqa as a pass/fail judge (Excellent or Acceptable pass). Why: support-apology is
 # the only bool set with rationales, and its rationales state a rule; feedbackqa's remark
 # on one answer ("Directs people to the tools ..."). A bool default about past cases with
-# rationales (config.default_floor) is checked on this kind too.
+# rationales (config.DEFAULT_FLOOR) is checked on this kind too.
 FEEDBACKQA_PASS = ("Excellent", "Acceptable")
 DERIVED: dict[str, tuple[str, DatasetSpec]] = {
     "feedbackqa_bool": (

@@ -194,14 +194,16 @@ def test_a_flat_config_of_the_previous_version_loads_into_its_groups(stored: Any
 
 
 @pytest.mark.parametrize("stored", [FLAT_BOOL, FLAT_NUMERIC])
-def test_the_defaults_change_only_reflection_and_validation(stored: Any) -> None:
+def test_the_defaults_change_only_reflection_validation_and_the_bool_floor(stored: Any) -> None:
     new = JudgeConfig(
         name=stored["name"], instructions=stored["instructions"], scale=stored["scale"]
     )
-    # docs/decisions.md: contrast-pair reflection, validation off; the rest as before,
-    # the floors resolved by the scale alike
+    # docs/decisions.md: contrast-pair reflection, validation off, past cases with a
+    # rationale shown on bool scales only when near duplicates; the rest as before
     assert stored["reflection"] == "batch" and stored["validate_guidelines"] == "sources"
-    assert flat(new) == {**stored, "reflection": "pairs", "validate_guidelines": "off"}
+    changed = {"reflection": "pairs", "validate_guidelines": "off",
+               "min_episode_similarity_with_rationale": 0.9}  # fmt: skip
+    assert flat(new) == {**stored, **changed}
     assert "min_episode_similarity" not in new.model_dump()  # stored nested
 
 
@@ -247,8 +249,8 @@ def test_the_constructor_takes_an_options_object_or_a_mapping(model: Any, embedd
     by_mapping = judge({"validation": {"mode": "all", "max_calls": 3}}).config
     assert by_object == by_mapping
     assert by_object.options.validation.mode == "all"
-    assert by_object.options.retrieval.min_similarity == 0.9  # "auto": by the scale
-    assert by_object.options.retrieval.min_similarity_with_rationale is None
+    assert by_object.options.retrieval.min_similarity == 0.9  # "auto": resolved, stored
+    assert by_object.options.retrieval.min_similarity_with_rationale == 0.9
     assert given.retrieval.min_similarity == "auto"  # the caller's object is unchanged
     given.validation.mode = "off"
     assert by_object.options.validation.mode == "all"  # and not shared

@@ -751,7 +751,7 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     assert options["prompt"]["verdict_order"] == "rationale_first"
     assert options["validation"]["mode"] == "all"
     assert options["retrieval"]["reuse_expert_verdicts"] is False
-    assert options["retrieval"]["min_similarity"] == 0.9  # unset: the default of a bool scale
+    assert options["retrieval"]["min_similarity"] == 0.9  # unset: the default on every scale
     env.config.write_text(CONFIG.replace('"bool"', "[1, 5]").replace('"mem"', '"mem5"'))
     assert env.run("create")[0] == EXIT_OK
     retrieval = memory_summary(env.tmp / "mem5")["config"]["options"]["retrieval"]
@@ -760,9 +760,9 @@ def test_the_judge_file_sets_every_judge_option(env: Env) -> None:
     assert retrieval["min_similarity_with_rationale"] == 0.9
     env.config.write_text(CONFIG.replace('"mem"', '"memb"'))
     assert env.run("create")[0] == EXIT_OK
-    # unset on a bool scale: the k nearest past cases that carry a rationale
+    # unset on a bool scale: the same floor
     retrieval = memory_summary(env.tmp / "memb")["config"]["options"]["retrieval"]
-    assert retrieval["min_similarity_with_rationale"] is None
+    assert retrieval["min_similarity_with_rationale"] == 0.9
     env.config.write_text(CONFIG + '[options.prompt]\nverdict_order = "sometimes"\n')
     code, _, err = env.run("create")
     assert code == EXIT_USAGE and "options.prompt.verdict_order" in err
