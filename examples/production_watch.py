@@ -180,8 +180,9 @@ def serve(client: langsmith.Client, project: str, wave: list[Case]) -> dict[str,
     def support_bot(question: str) -> str:
         run = langsmith.get_current_run_tree()
         assert run is not None
-        traced[str(run.id)] = by_question[question]
-        return by_question[question][1]
+        case = by_question[question]
+        traced[str(run.id)] = case
+        return case[1]
 
     with langsmith.tracing_context(enabled=True, client=client, project_name=project):
         for case in wave:
