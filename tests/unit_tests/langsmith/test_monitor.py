@@ -372,11 +372,13 @@ def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_c
 ) -> None:
     ended = add_runs(server, ["polite hours"])
     running = add_runs(server, ["polite refunds"], ended=False, outputs=None)
-    add_runs(server, ["polite shipping"], error="TimeoutError: upstream", outputs=None)
+    errored = add_runs(server, ["polite shipping"], error="TimeoutError: upstream", outputs=None)
     monitor = JudgeMonitor(judge, client, project="prod")
     first = monitor.run_once()
     assert [v.run_id for v in first.verdicts] == ended and verdict_runs(server) == ended
     assert (first.considered, first.pending) == (2, 1) and "1 running" in first.summary()
+    # The errored run is not judged, but the cycle names it (rather than dropping it).
+    assert first.errored == errored and "1 errored (skipped)" in first.summary()
     # The running run ends (its tracer patches it): the next cycle judges it, on its outputs.
     client.update_run(
         running[0], end_time=dt.datetime.now(dt.UTC), outputs={"a": "Refunds take 5 days."}
@@ -384,10 +386,10 @@ def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_c
     second = monitor.run_once()
     assert [v.run_id for v in second.verdicts] == running and second.pending == 0
     assert any("Refunds take 5 days." in str(call) for call in model.calls)
-    # The errored run is never judged (nor read: the cursor has passed the others).
-    assert sorted(verdict_runs(server)) == sorted(ended + running)
+    # The errored run is never judged, and reported once (the cursor has passed it).
+    assert sorted(verdict_runs(server)) == sorted(ended + running) and second.errored == []
     third = monitor.run_once()
-    assert (third.considered, third.verdicts) == (0, [])
+    assert (third.considered, third.verdicts, third.errored) == (0, [], [])
 
 
 def test_each_verdict_is_written_once_known_so_a_kill_while_judging_loses_none(
