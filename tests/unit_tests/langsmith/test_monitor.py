@@ -366,6 +366,42 @@ def test_a_lasting_rate_limit_on_the_v2_run_query_or_the_queue_items_cuts_the_cy
     assert sorted(v.run_id for v in monitor.run_once().verdicts) == sorted(ids)
 
 
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/sessions", "GET"),  # the project
+        ("/v2/runs/query", None),  # its new runs, then the runs themselves
+        ("/feedback", "GET"),  # the verdicts already written, the reviews to learn
+        ("/feedback", "POST"),  # the verdicts, the agreement record
+        ("/platform/annotation-queues", "GET"),  # the queue's completed items
+        ("/platform/annotation-queues", "POST"),  # the runs sent for review
+    ],
+    ids=["project", "run query", "read feedback", "write feedback", "queue items", "send"],
+)
+def test_a_lasting_rate_limit_on_any_call_of_a_cycle_ends_it_and_the_next_resumes(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    method: str | None,
+) -> None:
+    from langchain_memalign.langsmith import _api_base
+
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.0)
+    monkeypatch.setattr("time.sleep", lambda s: None)  # the SDK's and the v2 backoff
+    monitor = _reviewed_cycle(server, client, judge)  # a review to learn next cycle
+    ids = add_runs(server, ["polite a", "rude b"])
+    fault = server.inject_failure(path, status=429, times=1000, method=method)
+    cycle = monitor.run_once()  # returns: no rate-limit error escapes the cycle
+    assert fault.hits > 0 and cycle.rate_limited and not cycle.clean
+    assert "cut short" in cycle.summary()
+    server.clear_faults()
+    after = monitor.run_once()
+    assert after.clean and set(ids) <= set(verdict_runs(server))
+    assert len(judge.feedback_ids) == 1  # the review learned, once
+
+
 @pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
 def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_cycle(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
