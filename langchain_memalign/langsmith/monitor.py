@@ -8,8 +8,9 @@ print(cycle.summary())
 
 A cycle pulls the reviews completed in the judge's annotation queue (recording, for each,
 whether the judge's earlier verdict on that run agreed, before aligning on it), then judges
-the project's new root runs that have ended without error, writes each verdict as model
-feedback as soon as it is known and sends the runs most worth a human look to the queue.
+the project's new root runs that have ended without error (naming those that ended with
+one), writes each verdict as model feedback as soon as it is known and sends the runs most
+worth a human look to the queue.
 
 New runs are read through a cursor kept in the judge's memory, as LangSmith's online
 evaluators keep theirs: each cycle reads on, oldest first, from the last run the previous
@@ -134,9 +135,8 @@ class MonitorCycle(BaseModel):
     errored: list[str] = Field(
         default_factory=list,
         description="Runs read that had ended with an error, skipped: not judged, and not "
-        "read again (a run kept aside while running that then failed, or one that failed "
-        "between the listing and the reading). Runs that had already failed when listed "
-        "are left out by the run query, and not counted.",
+        "read again. Reported once, whether they had failed when first listed, failed "
+        "while kept aside as still running, or between the listing and the reading.",
     )
     sampled_out: int = Field(default=0, description="Runs left out by the sampling rate.")
     filtered_out: int = Field(default=0, description="Runs `where` refused.")
@@ -486,14 +486,9 @@ class JudgeMonitor:
         with self.judge.memory.integration_state(state_key) as saved:
             state = _WatchState.load(saved.get(), self.since, now)
         # The next runs after the cursor, oldest first, the ones read within the settle
-        # margin left out. An errored run has nothing to judge: the query leaves them out.
+        # margin left out. Errored runs are listed too: not judged, but reported.
         page = self.api.runs_after(
-            project,
-            state.cursor,
-            limit=self.scan,
-            skip=state.recent.keys(),
-            count=LEFT_COUNT,
-            with_errors=False,
+            project, state.cursor, limit=self.scan, skip=state.recent.keys(), count=LEFT_COUNT
         )
         cycle.left, cycle.left_capped = page.left, page.capped
         new_ids = [rid for _, rid in page.positions]
@@ -508,9 +503,9 @@ class JudgeMonitor:
             if rid not in found or found[rid].error:
                 # Deleted, past retention, or ended with an error while kept aside.
                 state.held.pop(rid)
-        # Nothing to judge in an errored run, but the report names it: a run that was
-        # pending and then failed would otherwise vanish from the watch's accounts. It is
-        # reported once: no longer kept aside, and new ones the cursor moves past.
+        # Nothing to judge in an errored run, but the report names it (it would otherwise
+        # vanish from the watch's accounts), once: no longer kept aside, and the cursor
+        # moves past the new ones.
         cycle.errored = [r for r in [*new_ids, *again] if r in found and found[r].error]
         runs = [found[r] for r in [*new_ids, *again] if r in found and not found[r].error]
         cycle.considered = len(runs)

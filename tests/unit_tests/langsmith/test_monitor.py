@@ -366,17 +366,55 @@ def test_a_lasting_rate_limit_on_the_v2_run_query_or_the_queue_items_cuts_the_cy
     assert sorted(v.run_id for v in monitor.run_once().verdicts) == sorted(ids)
 
 
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [
+        ("/sessions", "GET"),  # the project
+        ("/v2/runs/query", None),  # its new runs, then the runs themselves
+        ("/feedback", "GET"),  # the verdicts already written, the reviews to learn
+        ("/feedback", "POST"),  # the verdicts, the agreement record
+        ("/platform/annotation-queues", "GET"),  # the queue's completed items
+        ("/platform/annotation-queues", "POST"),  # the runs sent for review
+    ],
+    ids=["project", "run query", "read feedback", "write feedback", "queue items", "send"],
+)
+def test_a_lasting_rate_limit_on_any_call_of_a_cycle_ends_it_and_the_next_resumes(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    method: str | None,
+) -> None:
+    from langchain_memalign.langsmith import _api_base
+
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.0)
+    monkeypatch.setattr("time.sleep", lambda s: None)  # the SDK's and the v2 backoff
+    monitor = _reviewed_cycle(server, client, judge)  # a review to learn next cycle
+    ids = add_runs(server, ["polite a", "rude b"])
+    fault = server.inject_failure(path, status=429, times=1000, method=method)
+    cycle = monitor.run_once()  # returns: no rate-limit error escapes the cycle
+    assert fault.hits > 0 and cycle.rate_limited and not cycle.clean
+    assert "cut short" in cycle.summary()
+    server.clear_faults()
+    after = monitor.run_once()
+    assert after.clean and set(ids) <= set(verdict_runs(server))
+    assert len(judge.feedback_ids) == 1  # the review learned, once
+
+
 @pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
 def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_cycle(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
 ) -> None:
     ended = add_runs(server, ["polite hours"])
     running = add_runs(server, ["polite refunds"], ended=False, outputs=None)
-    add_runs(server, ["polite shipping"], error="TimeoutError: upstream", outputs=None)
+    errored = add_runs(server, ["polite shipping"], error="TimeoutError: upstream", outputs=None)
     monitor = JudgeMonitor(judge, client, project="prod")
     first = monitor.run_once()
     assert [v.run_id for v in first.verdicts] == ended and verdict_runs(server) == ended
     assert (first.considered, first.pending) == (2, 1) and "1 running" in first.summary()
+    # The errored run is not judged, but the cycle names it (rather than dropping it).
+    assert first.errored == errored and "1 errored (skipped)" in first.summary()
     # The running run ends (its tracer patches it): the next cycle judges it, on its outputs.
     client.update_run(
         running[0], end_time=dt.datetime.now(dt.UTC), outputs={"a": "Refunds take 5 days."}
@@ -384,10 +422,10 @@ def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_c
     second = monitor.run_once()
     assert [v.run_id for v in second.verdicts] == running and second.pending == 0
     assert any("Refunds take 5 days." in str(call) for call in model.calls)
-    # The errored run is never judged (nor read: the cursor has passed the others).
-    assert sorted(verdict_runs(server)) == sorted(ended + running)
+    # The errored run is never judged, and reported once (the cursor has passed it).
+    assert sorted(verdict_runs(server)) == sorted(ended + running) and second.errored == []
     third = monitor.run_once()
-    assert (third.considered, third.verdicts) == (0, [])
+    assert (third.considered, third.verdicts, third.errored) == (0, [], [])
 
 
 def test_each_verdict_is_written_once_known_so_a_kill_while_judging_loses_none(
