@@ -40,10 +40,6 @@ class Ablation(BaseModel):
     # docs/decisions.md#other-answers-to-the-same-question: False leaves out past cases
     # with this case's inputs and another output.
     show_other_answers: bool = True
-    # docs/decisions.md#a-check-without-false-alarms-searched-for-tried: 'fewest_false_alarms',
-    # a rule's candidate that separates the experts' cases with a false alarm is kept only
-    # if none of its later candidates separates them with fewer.
-    checks_search: Literal["first", "fewest_false_alarms"] = "first"
 
 
 DEFAULT = Ablation()
@@ -55,7 +51,6 @@ PLACES: dict[str, str] = {
     "prompt.pairwise_mode": "pairwise_mode",
     "validation.require_fix": "require_fix",
     "retrieval.show_other_answers": "show_other_answers",
-    "checks.search": "checks_search",
 }
 
 

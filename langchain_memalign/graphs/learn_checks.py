@@ -44,7 +44,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-from langchain_memalign import _ablation
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import ChecksInput, ChecksLearned, UnalignState
@@ -179,9 +178,6 @@ class _Candidate:
     last: tuple[Check, CheckTest] | None = None
     # Whether the checks already kept for other rules were tried on this one.
     reused: bool = False
-    # The `fewest_false_alarms` search: the best candidate so far that separated the
-    # experts' cases with a false alarm, and its report action.
-    best: tuple[Check, CheckTest, str] | None = None
 
 
 class CheckLearner:
@@ -320,16 +316,20 @@ class CheckLearner:
                 shared = _shared(kept_so_far, c.rule.text, consequences[c.rule.id])
                 if shared:
                     usage = usage + self._test_round({c.rule.id: c}, cases, cache, config, shared)
-                    if self._accept(c, "written"):
+                    if c.last is not None and passes(c.last[1], opts.min_agreement):
+                        c.kept = c.last[0].model_copy(update={"test": c.last[1]})
+                        c.action = "written"
                         continue
                     c.tried = 0
             usage = usage + self._test_round({c.rule.id: c}, cases, cache, config)
             c.done.append(c.groups.pop(0))
-            self._accept(c, "written" if c.tried == 1 else "rephrased")
-        for c in fresh.values():
-            if c.kept is None and c.best is not None:
-                check, test, c.action = c.best
+            if c.last is None:
+                continue
+            check, test = c.last
+            if passes(test, opts.min_agreement):
                 c.kept = check.model_copy(update={"test": test})
+                c.action = "written" if c.tried == 1 else "rephrased"
+        for c in fresh.values():
             if c.kept is None and c.last is not None:
                 check, test = c.last
                 reports.append(
@@ -363,28 +363,6 @@ class CheckLearner:
             )  # fmt: skip
             state.checks[g.id] = check.model_copy(update={"covered_by": covered.get(g.id)})
         return self._store(state, before, reports, list(kept)), usage, errors
-
-    def _accept(self, c: _Candidate, action: str) -> bool:
-        """Keep the candidate just tested if it separates the experts' cases.
-
-        Under the `fewest_false_alarms` search one with a false alarm is only remembered,
-        and the rule's later candidates are tried for one with fewer.
-        """
-        if c.last is None:
-            return False
-        check, test = c.last
-        if not passes(test, self.memory.config.options.checks.min_agreement):
-            return False
-        if test.false_alarms and _ablation.of(self.memory.config).checks_search != "first":
-            if c.best is None or (test.false_alarms, -test.agreement) < (
-                c.best[1].false_alarms,
-                -c.best[1].agreement,
-            ):
-                c.best = (check, test, action)
-            return False
-        c.kept = check.model_copy(update={"test": test})
-        c.action = action
-        return True
 
     def _attempt(
         self, c: _Candidate, cases: dict[str, Feedback], cache: dict[str, dict[str, bool]]

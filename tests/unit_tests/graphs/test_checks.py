@@ -213,33 +213,6 @@ def test_the_polarity_that_agrees_with_the_experts_is_kept(
     assert judge.invoke(NEW_COLD)["score"] is False
 
 
-@pytest.mark.parametrize("search", ["first", "fewest_false_alarms"])
-def test_the_search_for_fewer_false_alarms_goes_on_past_a_check_with_one(
-    make_judge: Any, responder: RoleResponder, search: str
-) -> None:
-    # The rule asked as it is separates the cases but fails "So sorry! Reinstall it."; the
-    # written "leave out the word 'sorry'" separates them without a false alarm.
-    answer = responder.answer_check
-
-    def rule_question_misreads_c(human: str) -> dict[str, Any]:
-        if "follow this rule" not in human:
-            return answer(human)
-        reply = human.split("Reply:\n", 1)[1].split("\n\n", 1)[0].lower()
-        return {"answer": "sorry" in reply and "reinstall" not in reply}
-
-    responder.answer_check = rule_question_misreads_c  # type: ignore[method-assign]
-    judge = make_judge(options={"checks": ON, "_ablation": {"checks_search": search}})
-    warm = fb("e", "I'm upset, where is my order?", "Sorry, it ships today.", True, "Good.")
-    judge.align([*TRAIN, warm])
-    checks = [r.check for r in judge.rules.list() if r.check is not None]
-    assert checks
-    if search == "first":
-        assert checks[0].test.false_alarms == 1 and "follow this rule" in checks[0].broken
-    else:
-        assert all(c.test.false_alarms == 0 and "'sorry'" in c.broken for c in checks)
-    assert roles(responder, "write_checks") == (search != "first")
-
-
 def test_a_check_that_does_not_separate_the_cases_is_dropped(
     make_judge: Any, responder: RoleResponder
 ) -> None:
