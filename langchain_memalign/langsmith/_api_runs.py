@@ -257,14 +257,13 @@ class RunsAPI(APIBase):
         limit: int,
         skip: Collection[str] = (),
         count: int = 0,
-        with_errors: bool = True,
     ) -> RunsAfter:
         """The positions of the first `limit` root runs of a project after `after`.
 
         Runs are taken oldest first by position (start time, then id), leaving out the
-        runs at or before `after`, those whose id is in `skip` and, with
-        `with_errors=False`, those that ended with an error. Only ids and start times
-        are read; up to `count` more runs past the `limit` first are counted (`left`).
+        runs at or before `after` and those whose id is in `skip` (runs that ended with
+        an error are listed: the watch reports them). Only ids and start times are read;
+        up to `count` more runs past the `limit` first are counted (`left`).
 
         The v2 query has no order parameter (its order is not documented), so its
         windows are read whole and sorted here; a window holding more than
@@ -275,14 +274,13 @@ class RunsAPI(APIBase):
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        no_error: dict[str, bool] = {} if with_errors else {"has_error": False}
         api = self._v2_runs()
         if api is not None:
             try:
-                return self._runs_after_v2(api, project, after, limit, set(skip), count, no_error)
+                return self._runs_after_v2(api, project, after, limit, set(skip), count)
             except Exception as e:
                 self._v2_failed(e)
-        return self._runs_after_v1(project, after, limit, set(skip), count, with_errors)
+        return self._runs_after_v1(project, after, limit, set(skip), count)
 
     @staticmethod
     def _runs_after_v2(
@@ -292,14 +290,13 @@ class RunsAPI(APIBase):
         limit: int,
         skip: set[str],
         count: int,
-        no_error: dict[str, bool],
     ) -> RunsAfter:
         hi = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
         narrowed, whole = False, False
         lo = after[0] - _BOUND_MARGIN
         while True:
             found, over = _window_v2(
-                api, project, lo, hi, no_error, None if whole else limit + count,
+                api, project, lo, hi, {}, None if whole else limit + count,
                 keep=lambda p: p > after and p[1] not in skip,
             )  # fmt: skip
             found.sort()
@@ -325,7 +322,6 @@ class RunsAPI(APIBase):
         limit: int,
         skip: set[str],
         count: int,
-        with_errors: bool,
     ) -> RunsAfter:
         found: list[RunPosition] = []
         capped = False
@@ -333,7 +329,6 @@ class RunsAPI(APIBase):
             runs = self.client.list_runs(
                 project_id=project.id,
                 is_root=True,
-                error=None if with_errors else False,
                 start_time=after[0] - _BOUND_MARGIN,
                 select=_V1_LIST_SELECT,
                 order="asc",
