@@ -336,6 +336,15 @@ def test_a_judgment_that_fails_once_is_written_by_the_next_cycle(
     assert state["held"] == {}
 
 
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No waiting after a 429: the watch's rate-limit pause, the SDK's and v2's backoff."""
+    from langchain_memalign.langsmith import _api_base
+
+    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.0)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+
+
 @pytest.mark.parametrize(
     ("path", "method"),
     [("/v2/runs/query", None), ("/platform/annotation-queues", "GET")],
@@ -345,14 +354,10 @@ def test_a_lasting_rate_limit_on_the_v2_run_query_or_the_queue_items_cuts_the_cy
     server: LangSmithTestServer,
     client: Client,
     judge: MemAlignJudge,
-    monkeypatch: pytest.MonkeyPatch,
+    no_backoff: None,
     path: str,
     method: str | None,
 ) -> None:
-    from langchain_memalign.langsmith import _api_base
-
-    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.0)
-    monkeypatch.setattr("time.sleep", lambda s: None)  # the v2 resources' own backoff
     ids = add_runs(server, ["polite a", "polite b"])
     monitor = JudgeMonitor(judge, client, project="prod")
     # The project's runs are read through the v2 query, the queue's archived items (the
@@ -382,14 +387,10 @@ def test_a_lasting_rate_limit_on_any_call_of_a_cycle_ends_it_and_the_next_resume
     server: LangSmithTestServer,
     client: Client,
     judge: MemAlignJudge,
-    monkeypatch: pytest.MonkeyPatch,
+    no_backoff: None,
     path: str,
     method: str | None,
 ) -> None:
-    from langchain_memalign.langsmith import _api_base
-
-    monkeypatch.setattr(_api_base, "RATE_LIMIT_PAUSE", 0.0)
-    monkeypatch.setattr("time.sleep", lambda s: None)  # the SDK's and the v2 backoff
     monitor = _reviewed_cycle(server, client, judge)  # a review to learn next cycle
     ids = add_runs(server, ["polite a", "rude b"])
     fault = server.inject_failure(path, status=429, times=1000, method=method)
