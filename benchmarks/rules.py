@@ -22,8 +22,7 @@ and side by side on the same servers:
   and past cases, so only the judging differs; with `_relearn_checks=true` among the options,
   the memory's checks are first learned again from scratch with these options (the same
   guidelines and cases, so only the check learning differs: its cost is recorded as `relearn`;
-  `_judge=false` records only that); `_retest_checks=true` keeps the stored checks and runs the
-  learner once more (their tests from the stored answers, then what these options add);
+  `_judge=false` records only that);
 - `mlflow`: MLflow 3.18's `MemAlignOptimizer` (its own venv, through the counting proxy).
 
 Every system judges the 16 test cases and, with expert-verdict reuse off, the 8 seen cases
@@ -325,16 +324,14 @@ class Bench:
                 db.execute("DELETE FROM guidelines")
         oracle = options.pop("_oracle_rule", False)
         relearn = options.pop("_relearn_checks", False)
-        retest = options.pop("_retest_checks", False)
         judging = options.pop("_judge", True)
         judge = MemAlignJudge.load(scratch, self.judge_llm, self.emb,
                                    reflection_model=self.reflect_llm,
                                    **judge_kwargs(options))  # fmt: skip
         learned: dict[str, Any] = {}
-        if relearn or retest:
-            learned = {"relearn": relearn_checks(judge, clear=bool(relearn))}
-            what = "learned again" if relearn else "tested again"
-            log(f"  {d.name}: checks {what}, {learned['relearn']['llm_calls']} calls, "
+        if relearn:
+            learned = {"relearn": relearn_checks(judge)}
+            log(f"  {d.name}: checks learned again, {learned['relearn']['llm_calls']} calls, "
                 f"{learned['relearn']['input_tokens']} prompt tokens")  # fmt: skip
         if oracle:
             # The hidden rule itself as the only guideline: what a reflection that found it
@@ -458,20 +455,15 @@ class Bench:
 KEPT = ("written", "rephrased", "covered", "tested")
 
 
-def relearn_checks(judge: MemAlignJudge, *, clear: bool = True) -> dict[str, Any]:
-    """The judge's checks learned again from its guidelines and cases; the cost.
-
-    `clear`: the stored checks are dropped first; else they are tested again (from their
-    stored answers) and only what the learner's options change is asked.
-    """
+def relearn_checks(judge: MemAlignJudge) -> dict[str, Any]:
+    """The judge's checks dropped and learned again from its guidelines and cases; the cost."""
     # The package learns checks only inside an align or unalign; a benchmark reaches the
     # align's own learner so that nothing but the check learning runs again.
     memory = judge._align_nodes.memory
-    if clear:
-        state = load_rulebook(memory.store)
-        state.checks = {}
-        with memory.write() as w:
-            w.put_rulebook(state)
+    state = load_rulebook(memory.store)
+    state.checks = {}
+    with memory.write() as w:
+        w.put_rulebook(state)
     learner = judge._align_nodes.check_learner
     assert learner is not None
     counter = UsageCallbackHandler()

@@ -40,10 +40,6 @@ class Ablation(BaseModel):
     # docs/decisions.md#other-answers-to-the-same-question: False leaves out past cases
     # with this case's inputs and another output.
     show_other_answers: bool = True
-    # Measured before it is an option: a kept learned check that fired on a case the
-    # experts passed is tried again with a written `applies` or `exception` question
-    # first, and kept so if that agrees with more of the experts' cases.
-    gate_false_alarms: bool = False
 
 
 DEFAULT = Ablation()
@@ -55,7 +51,6 @@ PLACES: dict[str, str] = {
     "prompt.pairwise_mode": "pairwise_mode",
     "validation.require_fix": "require_fix",
     "retrieval.show_other_answers": "show_other_answers",
-    "checks.gate_false_alarms": "gate_false_alarms",
 }
 
 

@@ -44,7 +44,6 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-from langchain_memalign import _ablation
 from langchain_memalign.errors import MalformedOutputError
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.graphs.align_state import ChecksInput, ChecksLearned, UnalignState
@@ -343,9 +342,6 @@ class CheckLearner:
         state.attempts = {
             gid: self._attempt(c, cases, cache) for gid, c in fresh.items() if c.kept is None
         }
-        if _ablation.of(mem.config).gate_false_alarms:
-            cost, gate_errors = self._gate({**stored, **fresh}, pinned, cases, cache, config)
-            usage, errors = usage + cost, errors + gate_errors
 
         # 4. Learned checks that add no verdict on the experts' cases are marked covered.
         every = {**stored, **fresh}
@@ -385,54 +381,6 @@ class CheckLearner:
             written=c.written and not c.write_failed,
             answers={key: got for key, got in answers.items() if got},
         )
-
-    def _gate(
-        self,
-        every: dict[str, _Candidate],
-        pinned: set[str],
-        cases: dict[str, Feedback],
-        cache: dict[str, dict[str, bool]],
-        config: RunnableConfig,
-    ) -> tuple[Usage, list[str]]:
-        """Kept learned checks with a false alarm, tried with a scope question first.
-
-        The `applies` and `exception` questions written for the rule (written now, in
-        one call, for rules kept before any was) gate the kept check's question; a
-        gated check replaces it if it agrees with more of the experts' cases.
-        """
-        opts = self.memory.config.options.checks
-        usage, errors = Usage(), list[str]()
-        todo = {
-            gid: (c, c.kept) for gid, c in every.items()
-            if c.kept is not None and c.kept.author is None and gid not in pinned
-            and c.kept.test is not None and c.kept.test.false_alarms > 0
-            and c.kept.applies is None and c.kept.exception is None
-        }  # fmt: skip
-        if not todo:
-            return usage, errors
-        gates = {gid: _gates([*c.done, *c.groups]) for gid, (c, _) in todo.items()}
-        need = [c.rule for gid, (c, _) in todo.items() if not gates[gid]]
-        if need:
-            sources = self.memory.store.get_feedback({s for g in need for s in g.source_ids})
-            consequences = {g.id: todo[g.id][1].consequence for g in need}
-            written, cost, error = self._write(need, sources, consequences, config)
-            usage = usage + cost
-            errors += [error] if error else []
-            for g in need:
-                gates[g.id] = _gates(written.get(g.id, []))
-        for gid, (c, kept) in todo.items():
-            variants = [kept.model_copy(update={field: q, "test": None}) for field, q in gates[gid]]
-            if not variants or kept.test is None:
-                continue
-            probe = _Candidate(c.rule, [variants], tried=kept.test.tried)
-            usage = usage + self._test_round({gid: probe}, cases, cache, config)
-            if probe.last is None:
-                continue
-            gated, test = probe.last
-            if passes(test, opts.min_agreement) and _better(test, kept.test):
-                c.kept = gated.model_copy(update={"test": test})
-                c.action = "rephrased"
-        return usage, errors
 
     # -- the experts' cases -----------------------------------------------------------
 
@@ -776,18 +724,6 @@ def _phrasings(p: ProposedCheck, rule_text: str, consequence: Any) -> list[list[
                 ]
             )  # fmt: skip
     return groups
-
-
-def _gates(groups: Sequence[Sequence[Check]]) -> list[tuple[str, str]]:
-    """The distinct `applies` and `exception` questions of written candidates."""
-    found: dict[tuple[str, str], None] = {}
-    for group in groups:
-        for v in group:
-            if v.applies:
-                found[("applies", v.applies)] = None
-            if v.exception:
-                found[("exception", v.exception)] = None
-    return list(found)
 
 
 def _rule_question(rule_text: str, consequence: Any) -> list[Check]:
