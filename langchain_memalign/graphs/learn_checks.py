@@ -501,21 +501,28 @@ class CheckLearner:
     ) -> Usage:
         """`_test_round`'s work, inside its traced step: `tested`, each rule's variants."""
         min_agreement = self.memory.config.options.checks.min_agreement
-        sources = {s for c in candidates.values() for s in c.rule.source_ids}
-        first = {fid: fb for fid, fb in cases.items() if fid in sources}
-        rest = {fid: fb for fid, fb in cases.items() if fid not in sources}
         values = {fid: fb.value for fid, fb in cases.items()}
-        first_keys = [k for k, _ in self._keys(first)]
         all_keys = [k for k, _ in self._keys(cases)]
-        usage = self._ask(
-            [(f"{gid}/{j}", v) for gid, vs in tested.items() for j, v in enumerate(vs)],
-            first, cache, config,
+        # Each rule's first stage reads its own source cases only: on another rule's
+        # (a re-test runs every stored check in one round), a check's verdict would depend
+        # on which other checks are tested beside it.
+        first = {
+            gid: {fid: fb for fid, fb in cases.items() if fid in set(c.rule.source_ids)}
+            for gid, c in candidates.items()
+        }
+        usage = Usage.sum(
+            self._ask([(f"{gid}/{j}", v) for j, v in enumerate(tested[gid])], first[gid],
+                      cache, config)
+            for gid in candidates
         )  # fmt: skip
         viable: dict[str, list[Check]] = {}
         for gid, c in candidates.items():
+            first_keys = [k for k, _ in self._keys(first[gid])]
             tests = [(v, self._score(c, v, first_keys, values, cache)) for v in tested[gid]]
             good = [
-                v for v, t in tests if not first or passes(t, min_agreement, silent_somewhere=False)
+                v
+                for v, t in tests
+                if not first[gid] or passes(t, min_agreement, silent_somewhere=False)
             ]
             if good:
                 viable[gid] = good
@@ -524,7 +531,7 @@ class CheckLearner:
                 c.last = max(tests, key=lambda vt: (vt[1].agreement, vt[1].caught))
         usage = usage + self._ask(
             [(f"{gid}/{j}", v) for gid, vs in viable.items() for j, v in enumerate(vs)],
-            rest, cache, config,
+            cases, cache, config,  # only what the first stage left unasked
         )  # fmt: skip
         for gid, vs in viable.items():
             c = candidates[gid]

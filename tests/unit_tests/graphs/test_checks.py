@@ -187,6 +187,48 @@ def test_a_rule_tries_the_checks_already_kept_before_its_own(
     assert roles(responder, "ask_check") - asked <= 2
 
 
+def test_a_rules_check_is_judged_on_its_own_source_cases_whatever_else_is_tested(
+    make_judge: Any,
+) -> None:
+    # An align tests every stored check again in one round. A check's first stage must
+    # read its own rule's source cases only: on another rule's, a check kept when it was
+    # learned alone could fail its re-test with no case changed, and be rewritten.
+    from langchain_memalign.graphs.learn_checks import _Candidate
+    from langchain_memalign.memory.semantic import Guideline
+
+    judge = make_judge(options={"checks": ON})
+    learner = judge._align_nodes.check_learner
+    cases = {
+        f.id: f
+        for f in [
+            fb("a", "q", "r", False), fb("b", "q", "r", False), fb("c", "q", "r", True),
+            fb("d", "q", "r", True), fb("e", "q", "r", True), fb("f", "q", "r", True),
+        ]
+    }  # fmt: skip
+    # A's check fires on a (caught) and on d (a false alarm on a case of rule B):
+    # 4 of 5 over every case, 2 of 2 on A's own sources.
+    fires_a = {"a": True, "b": False, "c": False, "d": True, "e": False, "f": False}
+    cache = {fid: {"QA?": fires_a[fid], "QB?": fid == "b"} for fid in cases}
+
+    def candidates(*rules: str) -> dict[str, Any]:
+        sources = {"A": ("a", "c"), "B": ("b", "d")}
+        return {
+            r: _Candidate(
+                Guideline(id=r, text=f"rule {r}", source_ids=sources[r]),
+                [[Check(broken=f"Q{r}?", consequence=False, rule_text=f"rule {r}")]],
+            )
+            for r in rules
+        }
+
+    alone, together = candidates("A"), candidates("A", "B")
+    learner._test_round(alone, cases, {k: dict(v) for k, v in cache.items()}, {})
+    learner._test_round(together, cases, {k: dict(v) for k, v in cache.items()}, {})
+    assert alone["A"].last is not None and together["A"].last is not None
+    assert alone["A"].last[1].describe() == together["A"].last[1].describe()
+    assert passes(together["A"].last[1], 0.75)
+    assert (together["A"].last[1].agreed, together["A"].last[1].counted) == (4, 5)
+
+
 def test_written_questions_that_copy_the_template_are_left_out() -> None:
     from langchain_memalign.graphs.learn_checks import _question
 
