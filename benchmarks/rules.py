@@ -16,6 +16,10 @@ and side by side on the same servers:
 - `ours`: `MemAlignJudge` at the package's defaults, aligned on the domain's 8 cases;
 - `ours@N` for each N of `--curve`: the same, aligned on N of them (half passing, half
   failing, in file order): the learning curve;
+- `ours~N` for each N of `--stream`: one judge aligned step by step as feedback arrives in
+  use (the items of the first N, then those of the next N added, ...), judged after each
+  step: the learning curve of incremental aligns (`ours~8` against `ours`: the same
+  feedback in steps or at once);
 - `ours_<name>` for each `--ablation name:option=value;...`: the same, one mechanism changed;
 - `ours_<name>` for each `--judge-ablation name:option=value;...`: `ours`' own memory (the same
   repeat's, saved after its alignment) judged with these options changed: the same guidelines
@@ -268,6 +272,47 @@ class Bench:
         if seen:
             entry["seen"] = judge_rows(judge, d.train, c)
         return entry
+
+    def run_stream(self, d: Domain, points: list[int]) -> dict[int, dict[str, Any]]:
+        """`ours` aligned step by step on the items of each point, judged after each step.
+
+        Each point's entry records the alignment so far: the calls and tokens of every
+        step up to it, and its guidelines and checks after it.
+        """
+        judge = self.new_judge(d, {})
+        out: dict[int, dict[str, Any]] = {}
+        spent: dict[str, float] = defaultdict(float)
+        done: list[Feedback] = []
+        try:
+            for n in sorted(points):
+                known = {fb.id for fb in done}
+                new = [fb for fb in balanced(d.feedback(), n) if fb.id not in known]
+                counter = UsageCallbackHandler()
+                started = time.perf_counter()
+                rep = judge.align(new, with_callback(None, counter), raise_on_failure=False)
+                u = counter.usage()
+                spent["seconds"] += time.perf_counter() - started
+                spent["llm_calls"] += u.llm_calls
+                spent["input_tokens"] += u.input_tokens
+                spent["output_tokens"] += u.output_tokens
+                spent["embedding_calls"] += rep.usage.embedding_calls
+                done += new
+                log(f"  {d.name}: +{len(new)} items ({len(done)} in all), {u.llm_calls} calls, "
+                    f"{len(judge.guidelines)} guidelines")  # fmt: skip
+                align = {
+                    **{k: round(v, 1) for k, v in spent.items()},
+                    "failed": rep.failed, "errors": rep.errors,
+                    "guidelines": [{"id": g.id, "text": g.text, "source_ids": list(g.source_ids)}
+                                   for g in judge.guidelines],
+                    "checks": [c.model_dump() for c in rep.checks],
+                    "step": [fb.id for fb in new], "trained_on": [fb.id for fb in done],
+                }  # fmt: skip
+                # Seen cases are all of the domain's training items: judged once all are.
+                seen = self.args.seen and len(done) == len(d.train)
+                out[n] = {"align": align, **self.judge_all(judge, d, seen=seen)}
+            return out
+        finally:
+            judge.close()
 
     def run_unaligned(self, d: Domain) -> dict[str, Any]:
         judge = self.new_judge(d, {})
@@ -644,8 +689,27 @@ def curve_points(summary: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     }
 
 
+def stream_points(summary: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """`curve_points` of incremental aligns: the unaligned judge at 0, `ours~N` at N."""
+    by_items: dict[int, list[dict[str, Any]]] = {}
+    for run, entry in summary["runs"].items():
+        system = run.split("#")[0]
+        if system == "unaligned" or system.startswith("ours~"):
+            items = 0 if system == "unaligned" else int(system.split("~")[1])
+            by_items.setdefault(items, []).append(entry["pooled"])
+    if len(by_items) < 2:
+        return {}
+    return {
+        kind: [
+            (n, sum(p[kind] for p in pooled) / len(pooled))
+            for n, pooled in sorted(by_items.items())
+        ]
+        for kind in ("adversarial", "scope", "plain")
+    }
+
+
 def plot_curve(summary: dict[str, Any], path: str) -> None:
-    """Draw `curve_points` as one line per kind of test case."""
+    """Draw `curve_points` as one line per kind of test case (`stream_points` dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
@@ -653,9 +717,15 @@ def plot_curve(summary: dict[str, Any], path: str) -> None:
 
     totals = next(iter(summary["runs"].values()))["pooled"]
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
+    stream = stream_points(summary)
     for kind, points in curve_points(summary).items():
         label = f"{kind} (of {totals.get(f'{kind}_n', '?')})"
-        ax.plot([n for n, _ in points], [y for _, y in points], marker="o", label=label)
+        line = ax.plot([n for n, _ in points], [y for _, y in points], marker="o", label=label)
+        if kind in stream:
+            ax.plot(
+                [n for n, _ in stream[kind]], [y for _, y in stream[kind]], marker="x",
+                linestyle="--", color=line[0].get_color(), label=f"{kind}, step by step",
+            )  # fmt: skip
     ax.set_xlabel("training items a domain (0: unaligned)")
     ax.set_ylabel("correct, pooled over 6 domains")
     ax.set_title("rules.jsonl: ours' learning curve")
@@ -726,6 +796,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         metavar="N,N,...",
         help="also `ours@N`: ours aligned on N training items per domain (learning curve)",
+    )
+    ap.add_argument(
+        "--stream",
+        default="",
+        metavar="N,N,...",
+        help="also `ours~N`: one judge aligned step by step up to N items a domain, judged "
+        "after each step (incremental aligns)",
     )
     ap.add_argument(
         "--checks",
@@ -817,6 +894,9 @@ def main(argv: list[str] | None = None) -> int:
     systems = [s for s in args.systems.split(",") if s] + [f"ours_{n}" for n in ablations]
     systems += [f"ours_{n}" for n in judge_ablations]
     systems += [f"ours@{int(n)}" for n in args.curve.split(",") if n.strip()]
+    stream = sorted(int(n) for n in args.stream.split(",") if n.strip())
+    # One run of the whole stream fills every point's entry: the largest point comes first.
+    systems += [f"ours~{n}" for n in reversed(stream)]
     memories = Path(args.out).with_suffix(".memories")
     if args.mlflow:
         systems.append("mlflow")
@@ -835,6 +915,12 @@ def main(argv: list[str] | None = None) -> int:
                         entry = bench.run_expert_rule(d)
                     elif system == "checks_oracle":
                         entry = bench.run_checks_oracle(d)
+                    elif system.startswith("ours~"):
+                        points = bench.run_stream(d, stream)
+                        for n, got in points.items():
+                            if f"ours~{n}" != system:
+                                results.put(f"ours~{n}#{repeat}", d.name, got)
+                        entry = points[int(system.removeprefix("ours~"))]
                     elif system.startswith("ours@"):
                         entry = bench.run_ours(d, {}, train=int(system.removeprefix("ours@")))
                     elif system == "few_shot":

@@ -161,6 +161,44 @@ def test_rules_learning_curve_puts_unaligned_at_0_and_averages_repeats(tmp_path:
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_rules_stream_aligns_step_by_step_and_judges_after_each_step() -> None:
+    criterion = "Reply to a customer.\n{inputs}\n{outputs}\nAcceptable?"
+
+    def row(i: int, split: str, label: bool) -> dict[str, Any]:
+        return {
+            "id": f"{split}-{i}", "domain": "d", "split": split, "kind": split,
+            "criterion": criterion, "inputs": {"request": f"question {i}"},
+            "outputs": f"answer {i}", "label": label, "feedback": f"reason {i}",
+            "meta": {"rule": "r"},
+        }  # fmt: skip
+
+    rows = [row(i, "train", i % 2 == 0) for i in range(6)] + [row(9, "test", True)]
+    domain = rules.Domain("d", rows)
+    args = SimpleNamespace(judge_options={}, seen=True, max_concurrency=1)
+    points = rules.Bench(args, MODELS).run_stream(domain, [4, 2, 6])  # type: ignore[arg-type]
+    assert sorted(points) == [2, 4, 6]
+    steps = [points[n]["align"]["step"] for n in (2, 4, 6)]
+    assert [len(s) for s in steps] == [2, 2, 2]
+    assert len({i for s in steps for i in s}) == 6  # each item aligned once
+    assert points[4]["align"]["trained_on"] == steps[0] + steps[1]
+    # costs add up along the stream; every point judges the test cases, the last the seen
+    assert points[6]["align"]["llm_calls"] >= points[2]["align"]["llm_calls"]
+    assert all(len(points[n]["test"]) == 1 for n in (2, 4, 6))
+    assert "seen" not in points[4] and len(points[6]["seen"]) == 6
+
+
+def test_rules_stream_points_put_unaligned_at_0(tmp_path: Path) -> None:
+    def pooled(adv: int) -> dict[str, Any]:
+        return {"pooled": {"adversarial": adv, "scope": 10, "plain": 12}}
+
+    summary = {"runs": {"unaligned#0": pooled(16), "ours~2#0": pooled(20), "ours~8#0": pooled(25),
+                        "ours#0": pooled(29)}}  # fmt: skip
+    assert rules.stream_points(summary)["adversarial"] == [(0, 16), (2, 20), (8, 25)]
+    assert rules.stream_points({"runs": {"ours#0": pooled(29)}}) == {}
+    rules.plot_curve(summary, str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_relearn_checks_learns_a_saved_memorys_checks_again(tmp_path: Path) -> None:
     responder = RoleResponder(lambda case, memory: {"rationale": "Fine.", "score": True})
     responder.check_word = "sorry"
