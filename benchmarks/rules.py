@@ -58,6 +58,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -672,33 +673,36 @@ def curve_points(summary: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
 
     The unaligned judge is the curve at 0 items, `ours@N` at N, `ours` at all 8.
     """
-    by_items: dict[int, list[dict[str, Any]]] = {}
-    for run, entry in summary["runs"].items():
-        system = run.split("#")[0]
-        items = 0 if system == "unaligned" else 8 if system == "ours" else None
+
+    def items(system: str) -> int | None:
         if system.startswith("ours@"):
-            items = int(system.split("@")[1])
-        if items is not None:
-            by_items.setdefault(items, []).append(entry["pooled"])
-    return {
-        kind: [
-            (n, sum(p[kind] for p in pooled) / len(pooled))
-            for n, pooled in sorted(by_items.items())
-        ]
-        for kind in ("adversarial", "scope", "plain")
-    }
+            return int(system.split("@")[1])
+        return {"unaligned": 0, "ours": 8}.get(system)
+
+    return _points(summary, items)
 
 
 def stream_points(summary: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     """`curve_points` of incremental aligns: the unaligned judge at 0, `ours~N` at N."""
+
+    def items(system: str) -> int | None:
+        if system.startswith("ours~"):
+            return int(system.split("~")[1])
+        return 0 if system == "unaligned" else None
+
+    points = _points(summary, items)
+    return points if len(points["adversarial"]) > 1 else {}
+
+
+def _points(
+    summary: dict[str, Any], items: Callable[[str], int | None]
+) -> dict[str, list[tuple[int, float]]]:
+    """Each kind's pooled correct verdicts at `items(system)` training items, repeats averaged."""
     by_items: dict[int, list[dict[str, Any]]] = {}
     for run, entry in summary["runs"].items():
-        system = run.split("#")[0]
-        if system == "unaligned" or system.startswith("ours~"):
-            items = 0 if system == "unaligned" else int(system.split("~")[1])
-            by_items.setdefault(items, []).append(entry["pooled"])
-    if len(by_items) < 2:
-        return {}
+        n = items(run.split("#")[0])
+        if n is not None:
+            by_items.setdefault(n, []).append(entry["pooled"])
     return {
         kind: [
             (n, sum(p[kind] for p in pooled) / len(pooled))
