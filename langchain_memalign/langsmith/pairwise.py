@@ -271,7 +271,25 @@ def _item(
         by_experiment[experiment] = (record, run)
     if set(by_experiment) != set(order):
         raise _Skip(f"incomplete: {len(records)} of the 2 runs scored")
-    (fa, run_a), (fb, run_b) = by_experiment[order[0]], by_experiment[order[1]]
+    meta = {"comparative_experiment_id": cid, "feedback_group_id": gid}
+    return _pair_item(client, f"{_ID_PREFIX}{gid}", order, by_experiment, build, examples, meta)
+
+
+def _pair_item(
+    client: Client,
+    item_id: str,
+    order: tuple[str, str],
+    scored: dict[str, tuple[ls_schemas.Feedback, ls_schemas.Run]],
+    build: PairPreparer,
+    examples: dict[str, ls_schemas.Example | None],
+    meta: dict[str, Any],
+) -> Feedback:
+    """The item of one person's scores of a pair of runs (`scored` by experiment).
+
+    Raises `_Skip` with the reason when it gives none. `meta` goes into
+    `metadata["langsmith"]` with the experiments, runs, feedback records and example.
+    """
+    (fa, run_a), (fb, run_b) = scored[order[0]], scored[order[1]]
     label = _label(fa.score, fb.score)
     if label is None:
         raise _Skip("the scores state no preference")
@@ -287,7 +305,7 @@ def _item(
     user = getattr(source, "user_id", None)
     stamps = [t for r in (fa, fb) for t in (r.modified_at, r.created_at) if t is not None]
     return Feedback(
-        id=f"{_ID_PREFIX}{gid}",
+        id=item_id,
         inputs=case.get("inputs"),
         outputs=case.get("outputs"),
         reference_outputs=case.get("reference_outputs"),
@@ -297,8 +315,7 @@ def _item(
         created_at=max(stamps) if stamps else None,
         metadata={
             "langsmith": {
-                "comparative_experiment_id": cid,
-                "feedback_group_id": gid,
+                **meta,
                 "experiment_ids": list(order),
                 "run_ids": [str(run_a.id), str(run_b.id)],
                 "feedback_ids": [str(fa.id), str(fb.id)],
