@@ -193,9 +193,10 @@ def read_preferences(
     Skipped, and said why in `PreferenceRead.skipped`: a record in no group; a group
     that does not hold exactly one record for a run of each experiment; a group whose
     runs or example cannot be read; a group whose scores are missing. Records not of
-    `source_types` (a model evaluator's, such as `comparative_evaluator`'s) are left
-    out and counted in `model_feedback`; a model's verdict on the same pair of runs is
-    in `verdicts`, for `align`'s `prior_verdicts`.
+    `source_types`, and records a run made (a model evaluator's: the SDK's comparative
+    evaluation writes `comparative_evaluator`'s verdicts as "api" feedback naming its
+    run), are left out and counted in `model_feedback`; a model's verdict on the same
+    pair of runs is in `verdicts`, for `align`'s `prior_verdicts`.
 
     Each reviewer's group is its own item, so two people who compared the same pair
     give two items (with their annotators). Records updated in place (a changed score or
@@ -227,11 +228,9 @@ def read_preferences(
         # unknown filter from mixing in other comparisons.
         if str(fb.comparative_experiment_id or "") != cid or fb.key != key:
             continue
-        source = fb.feedback_source
-        source_type = str(getattr(source, "type", "") or "").lower()
-        if source_type not in wanted:
+        if not _is_review(fb, wanted):
             read.model_feedback += 1
-            if source_type == "model" and fb.feedback_group_id is not None:
+            if _is_verdict(fb) and fb.feedback_group_id is not None:
                 model_groups.setdefault(str(fb.feedback_group_id), []).append(fb)
             continue
         if fb.feedback_group_id is None:

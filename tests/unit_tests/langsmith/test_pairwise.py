@@ -189,13 +189,18 @@ def test_the_judge_learns_preferences_and_a_changed_mind_updates_the_item(
     assert stored.value == "A" and stored.rationale == "Curt is right."
 
 
-def test_model_feedback_is_left_out(comparison: Comparison, client: Client) -> None:
-    judge = MemAlignJudge(
+def _polite_judge() -> MemAlignJudge:
+    """A pairwise judge that prefers the reply that says "please"."""
+    return MemAlignJudge(
         KEY, "Which reply is better?\n{inputs}\n{outputs}",
         ScriptedChatModel(responder=RoleResponder(lambda case, memory: {
             "rationale": "Rated alone.", "score": 8 if "please" in case.lower() else 3})),
         HashEmbeddings(), scale="pairwise",
     )  # fmt: skip
+
+
+def test_model_feedback_is_left_out(comparison: Comparison, client: Client) -> None:
+    judge = _polite_judge()
     langsmith.evaluate(
         (comparison.first.name, comparison.second.name),
         evaluators=[comparative_evaluator(judge)], client=client,
@@ -217,6 +222,32 @@ def test_model_feedback_is_left_out(comparison: Comparison, client: Client) -> N
     fresh.align(read.items, prior_verdicts=read.verdicts, prior_source="langsmith")
     [point] = fresh.agreement_history().points
     assert (point.judge, point.expert, point.source) == ("B", "A", "langsmith")
+
+
+def test_a_comparative_evaluators_verdicts_are_no_review(
+    comparison: Comparison, client: Client
+) -> None:
+    done = langsmith.evaluate(
+        (comparison.first.name, comparison.second.name),
+        evaluators=[comparative_evaluator(_polite_judge())], client=client,
+    )  # fmt: skip
+    compared = done.comparative_experiment
+    assert compared is not None
+    # The SDK writes the judge's verdicts as "api" feedback naming the evaluator's run.
+    read = read_preferences(client, compared, key=KEY)
+    assert read.items == [] and read.skipped == [] and read.model_feedback == 6
+    # A reviewer's preference in the same comparison is read beside the judge's verdict.
+    curt, polite = comparison.runs["store hours?"]
+    group = uuid.uuid4()
+    for run, score in ((curt, 1.0), (polite, 0.0)):
+        client.create_feedback(
+            run.id, KEY, score=score, comparative_experiment_id=compared.id,
+            feedback_group_id=group, session_id=run.session_id,
+        )  # fmt: skip
+    read = read_preferences(client, compared, key=KEY)
+    [item] = read.items
+    assert item.id == f"langsmith-pair:{group}" and item.value == "A"
+    assert read.verdicts == {item.id: "B"} and read.model_feedback == 6
 
 
 def test_incomplete_and_scoreless_groups_are_skipped_and_reported(
@@ -529,12 +560,7 @@ def test_a_queue_that_is_not_pairwise_or_not_of_two_experiments_is_refused(
 def test_a_pairwise_judge_learns_from_the_queue_beside_its_prior_verdicts(
     paq: PairQueue, comparison: Comparison, client: Client
 ) -> None:
-    judge = MemAlignJudge(
-        KEY, "Which reply is better?\n{inputs}\n{outputs}",
-        ScriptedChatModel(responder=RoleResponder(lambda case, memory: {
-            "rationale": "Rated alone.", "score": 8 if "please" in case.lower() else 3})),
-        HashEmbeddings(), scale="pairwise",
-    )  # fmt: skip
+    judge = _polite_judge()
     # The judge compared the two experiments before anyone reviewed them.
     langsmith.evaluate(
         (comparison.first.name, comparison.second.name),
