@@ -44,6 +44,10 @@ OpenAPI resources use):
 * annotation queue items (``/api/v1/platform/annotation-queues``): ``POST/GET
   .../{id}/items``, ``PATCH .../{id}/items/{item_id}``, ``POST .../{id}/items/delete``,
   ``POST .../items/{item_id}/status``
+* pairwise annotation queues: ``POST /annotation-queues/populate`` (any queue), queues
+  made in the UI with :meth:`LangSmithTestServer.add_pairwise_queue` and a reviewer's
+  choice with :meth:`LangSmithTestServer.review_pair` (see that section for what is
+  documented and what is modeled)
 
 Ordering follows the real API: runs and feedback are listed newest first (the v1 run
 query also oldest first with ``order="asc"``; the v2 run query's order is undocumented,
@@ -815,6 +819,7 @@ class LangSmithTestServer:
             ),
         ]
         table += self.platform.routes(uuid_re)
+        table += self._pairwise_routes()
         self._routes = [(m, re.compile(p), h) for m, p, h in table]
 
     def _next_seq(self) -> int:
@@ -1876,6 +1881,9 @@ class LangSmithTestServer:
             "created_at": now,
             "updated_at": now,
             "tenant_id": self.tenant_id,
+            # the create API takes no queue type: pairwise queues are made in the UI
+            # (see the pairwise annotation queue section)
+            "queue_type": "single",
             "rubric_instructions": body.get("rubric_instructions"),
             "rubric_items": self._rubric_in(body.get("rubric_items"), []),
             "num_reviewers_per_item": body.get("num_reviewers_per_item") or 1,
@@ -2254,6 +2262,184 @@ class LangSmithTestServer:
         items = self.queue_items.setdefault(queue["id"], [])
         items[:] = [i for i in items if i["id"] not in drop]
         return 200, {"message": "deleted"}
+
+    # -- pairwise annotation queues --------------------------------------------
+    #
+    # What LangSmith documents ("Use annotation queues", "Pairwise annotation queues"): a
+    # pairwise queue is made in the UI from exactly two experiments on one dataset;
+    # LangSmith pairs their runs in chronological order and populates the queue; sending
+    # two experiments to it again appends new pairs and keeps the old ones; for each
+    # rubric key a reviewer chooses "A is better", "B is better" or "Equal", and the UI
+    # records binary feedback on both runs. The SDK (0.15) adds `queue_type` ("single" or
+    # "pairwise") to the queue and `POST /annotation-queues/populate` ("Experiments whose
+    # runs are added to the queue. Each must be an experiment on a dataset.").
+    #
+    # What the docs leave open is modeled as follows, and no library code may rely on it:
+    # a pair is the two experiments' runs of one example (the k-th with the k-th by start
+    # time when an example has several); the queue lists one item per run, pairs in the
+    # order of their earlier run's start time; "Equal" scores both runs 1 ("both are
+    # better"); a reviewer who chooses again updates their own two records.
+
+    def _pairwise_routes(self) -> list[tuple[str, str, Handler]]:
+        return [("POST", r"/annotation-queues/populate", self._populate_queue)]
+
+    def _experiment_runs(self, session_id: str) -> list[JSON]:
+        """An experiment's root runs on dataset examples, in chronological order."""
+        session = self._session_or_404(session_id)
+        if not session.get("reference_dataset_id"):
+            raise HTTPError(422, f"session {session['id']} is not an experiment on a dataset")
+        runs = [
+            r
+            for r in self.runs.values()
+            if r.get("session_id") == session["id"]
+            and r.get("parent_run_id") is None
+            and r.get("reference_example_id")
+        ]
+        return sorted(runs, key=_time_order)
+
+    def _pairs_of(self, experiments: list[str]) -> list[tuple[JSON, JSON]]:
+        """Two experiments' runs paired by example, pairs in chronological order."""
+        ids = [_uuid_str(e, "session id") for e in experiments]
+        if len(ids) != 2 or ids[0] == ids[1]:
+            raise HTTPError(422, "a pairwise queue compares exactly two experiments")
+        first, second = (self._experiment_runs(e) for e in ids)
+        datasets = {self.sessions[e]["reference_dataset_id"] for e in ids}
+        if len(datasets) != 1:
+            raise HTTPError(422, "a pairwise queue compares two experiments on one dataset")
+        by_example: dict[str, list[JSON]] = {}
+        for run in second:
+            by_example.setdefault(run["reference_example_id"], []).append(run)
+        pairs = []
+        taken: dict[str, int] = {}
+        for run in first:
+            example = run["reference_example_id"]
+            k = taken.get(example, 0)
+            others = by_example.get(example, [])
+            if k < len(others):
+                pairs.append((run, others[k]))
+                taken[example] = k + 1
+        return sorted(pairs, key=lambda p: min(_time_order(p[0]), _time_order(p[1])))
+
+    def _populate(self, queue: JSON, experiments: list[str], extend: bool = False) -> list[JSON]:
+        """Add experiments' runs to a queue: a pairwise queue's as new pairs."""
+        if queue.get("queue_type") == "pairwise":
+            known = {tuple(p) for p in queue.setdefault("_pairs", [])}
+            runs = []
+            for a, b in self._pairs_of(experiments):
+                if (a["id"], b["id"]) not in known:
+                    queue["_pairs"].append([a["id"], b["id"]])
+                runs += [a, b]
+        else:
+            runs = [r for e in experiments for r in self._experiment_runs(_uuid_str(e))]
+        added = []
+        for run in runs:
+            key = {k: run[k] for k in ("session_id", "start_time")}
+            added.append(self._add_item(queue["id"], {"run_id": run["id"], **key}))
+            if extend:
+                self._extend_trace(run["id"])
+        return added
+
+    def _populate_queue(self, match: re.Match[str], query: Query, body: Any) -> tuple[int, Any]:
+        body = body or {}
+        queue = self._queue_or_404(body.get("queue_id") or "")
+        sessions = body.get("session_ids")
+        if not isinstance(sessions, list) or not sessions:
+            raise HTTPError(422, "session_ids must be a non-empty list of experiment ids")
+        self._populate(queue, sessions, bool(body.get("extend_trace_retention")))
+        return 200, {}
+
+    def add_pairwise_queue(self, name: str, experiments: list[Any], **fields: Any) -> JSON:
+        """A pairwise queue made in the UI from two experiments, populated with their pairs.
+
+        ``fields`` are the queue's other settings (``rubric_items``,
+        ``num_reviewers_per_item``...). Raises ``HTTPError`` unless the experiments are
+        two, on one dataset.
+        """
+        with self.lock:
+            now = _iso(_now())
+            queue = {
+                **fields,
+                "id": str(uuid.uuid4()),
+                "name": name,
+                "queue_type": "pairwise",
+                "description": fields.get("description"),
+                "created_at": now,
+                "updated_at": now,
+                "tenant_id": self.tenant_id,
+                "rubric_instructions": fields.get("rubric_instructions"),
+                "rubric_items": self._rubric_in(fields.get("rubric_items"), []),
+                "num_reviewers_per_item": fields.get("num_reviewers_per_item") or 1,
+                "reviewer_access_mode": fields.get("reviewer_access_mode") or "any",
+                "assigned_reviewers": fields.get("assigned_reviewers") or [],
+                # pairwise queues use no default dataset (their pairs span two experiments)
+                "default_dataset": None,
+                "_pairs": [],
+                "_seq": self._next_seq(),
+            }
+            self._pairs_of([str(e) for e in experiments])  # refused before it is stored
+            self.annotation_queues[queue["id"]] = queue
+            self.queue_items[queue["id"]] = []
+            self._populate(queue, [str(e) for e in experiments])
+            return queue
+
+    def queue_pairs(self, queue_id: Any) -> list[tuple[str, str]]:
+        """A pairwise queue's pairs (run ids, the first experiment's run first)."""
+        with self.lock:
+            queue = self._queue_or_404(str(queue_id))
+            return [(a, b) for a, b in queue.get("_pairs", [])]
+
+    def review_pair(
+        self,
+        queue_id: Any,
+        runs: tuple[Any, Any],
+        choice: str,
+        *,
+        key: str,
+        reviewer: str,
+        comment: str | None = None,
+    ) -> list[JSON]:
+        """A reviewer's choice on one rubric key of a pair, as the queue's UI records it.
+
+        ``runs`` are the pair's runs as the reviewer sees them (A, then B) and ``choice``
+        is ``"A"``, ``"B"`` or ``"equal"``: A better scores A 1 and B 0, B better the
+        reverse, equal both 1. The records are the reviewer's ("app" feedback with their
+        user id, ``comment`` on both); choosing again updates them. Returns the records.
+        """
+        scores = {"A": (1.0, 0.0), "B": (0.0, 1.0), "equal": (1.0, 1.0)}.get(choice)
+        if scores is None:
+            raise ValueError(f"choice must be 'A', 'B' or 'equal', not {choice!r}")
+        with self.lock:
+            queue = self._queue_or_404(str(queue_id))
+            if queue.get("queue_type") != "pairwise":
+                raise HTTPError(422, f"annotation queue {queue['id']} is not pairwise")
+            if key not in {r["feedback_key"] for r in queue.get("rubric_items") or []}:
+                raise HTTPError(422, f"{key!r} is not a rubric key of the queue")
+            ids = [_uuid_str(r, "run id") for r in runs]
+            pairs = {tuple(p) for p in queue["_pairs"]}
+            if tuple(ids) not in pairs and tuple(reversed(ids)) not in pairs:
+                raise HTTPError(404, f"runs {ids} are not a pair of queue {queue['id']}")
+            user = self.user_named(reviewer)["id"]
+            records = []
+            for run_id, score in zip(ids, scores, strict=True):
+                mine = [
+                    f
+                    for f in self.feedback.values()
+                    if f["run_id"] == run_id
+                    and f["key"] == key
+                    and f["feedback_source"]["type"] == "app"
+                    and f["feedback_source"].get("user_id") == user
+                ]
+                if mine:
+                    record = mine[-1]
+                    record.update(score=score, comment=comment, modified_at=_iso(_now()))
+                else:
+                    record = self._store_feedback(
+                        {"run_id": run_id, "key": key, "score": score, "comment": comment,
+                         "feedback_source": {"type": "app", "user_id": user}},
+                        stamp_user=False,
+                    )  # fmt: skip
+                records.append(record)
+            return records
 
 
 # ---------------------------------------------------------------------------

@@ -52,6 +52,16 @@ class QueuesAPI(APIBase):
                 return queue
         return None
 
+    def queue_type(self, queue_id: str) -> str | None:
+        """The queue's type, "single" or "pairwise"; None from a server that does not say.
+
+        Read from the REST answer: langsmith 0.15's `schemas.AnnotationQueue` drops the
+        field, which its generated types (`AnnotationQueueSchema.queue_type`) require.
+        """
+        response = self.client.request_with_retries("GET", f"/annotation-queues/{queue_id}")
+        value = response.json().get("queue_type")
+        return None if value is None else str(value)
+
     def queue_items(self, queue_id: str, status: QueueStatus | None) -> list[tuple[str, Any]]:
         """`(run id, item)` of the runs in a queue (`status=None`: all), in queue order.
 

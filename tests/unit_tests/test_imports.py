@@ -178,6 +178,7 @@ EXPECTED_MODULE_ALL = {
         "PreferenceRead",
         "SkippedPreference",
         "read_preferences",
+        "read_queue_preferences",
     ],
     "langchain_memalign.langsmith.types": [
         "CompletedItems",

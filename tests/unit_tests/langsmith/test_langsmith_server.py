@@ -24,7 +24,7 @@ import langsmith  # noqa: E402
 from langsmith import Client, schemas, traceable  # noqa: E402
 from langsmith import utils as ls_utils  # noqa: E402
 from langsmith_fixtures import connect  # noqa: E402
-from langsmith_server import LangSmithTestServer  # noqa: E402
+from langsmith_server import HTTPError, LangSmithTestServer  # noqa: E402
 from urllib3.util.retry import Retry  # noqa: E402
 
 pytest_plugins = ["langsmith_fixtures"]
@@ -371,6 +371,100 @@ def test_annotation_queue_items_api(sync_client: Client, server: LangSmithTestSe
 
     assert asyncio.run(flow()) == [run["id"]]
     assert server.queue_items[str(queue.id)][0]["status"] == "completed"
+
+
+def _experiments_on_one_dataset(
+    server: LangSmithTestServer, names: tuple[str, ...], questions: int = 2
+) -> tuple[list[dict[str, object]], list[list[dict[str, object]]]]:
+    """Experiments on one dataset, each with one root run per example (oldest first)."""
+    dataset = str(uuid.uuid4())
+    server.datasets[dataset] = {"id": dataset, "name": f"ds-{dataset[:8]}"}
+    examples = [str(uuid.uuid4()) for _ in range(questions)]
+    sessions, runs = [], []
+    for name in names:
+        session = server.add_project(name, reference_dataset_id=dataset)
+        sessions.append(session)
+        runs.append(
+            [
+                server.add_run(
+                    session_id=session["id"], reference_example_id=e, outputs={"n": name}
+                )
+                for e in examples
+            ]
+        )
+    return sessions, runs
+
+
+def test_pairwise_queue_pairs_two_experiments_runs_by_example(
+    sync_client: Client, server: LangSmithTestServer
+) -> None:
+    (a, b, c), (runs_a, runs_b, runs_c) = _experiments_on_one_dataset(server, ("a", "b", "c"))
+    queue = server.add_pairwise_queue(
+        "a-vs-b", [a["id"], b["id"]], rubric_items=[{"feedback_key": "pref"}]
+    )
+    # The queue type is in the REST answer (the SDK's AnnotationQueue schema drops it).
+    read = sync_client.request_with_retries("GET", f"/annotation-queues/{queue['id']}").json()
+    assert read["queue_type"] == "pairwise" and read["default_dataset"] is None
+    single = sync_client.create_annotation_queue(name="single", queue_id=uuid.uuid4())
+    assert (
+        sync_client.request_with_retries("GET", f"/annotation-queues/{single.id}").json()[
+            "queue_type"
+        ]
+        == "single"
+    )
+    pairs = [(runs_a[i]["id"], runs_b[i]["id"]) for i in range(2)]
+    assert server.queue_pairs(queue["id"]) == pairs
+    listed = [str(r.id) for r in sync_client.list_runs_from_annotation_queue(queue["id"])]
+    assert sorted(listed) == sorted(r for pair in pairs for r in pair)  # one item per run
+
+    # Sending two experiments again appends their new pairs (the SDK's populate call).
+    api = sync_client._get_langsmith_api_sync()
+    api.annotation_queues.populate(queue_id=queue["id"], session_ids=[a["id"], c["id"]])
+    assert server.queue_pairs(queue["id"]) == pairs + [
+        (runs_a[i]["id"], runs_c[i]["id"]) for i in range(2)
+    ]
+    # Strict: two experiments on one dataset; a project is no experiment.
+    plain = server.add_project("plain")
+    (d,), _ = _experiments_on_one_dataset(server, ("d",))
+    for sessions, detail in (
+        ([a["id"]], "exactly two experiments"),
+        ([a["id"], a["id"]], "exactly two experiments"),
+        ([a["id"], b["id"], c["id"]], "exactly two experiments"),
+        ([a["id"], d["id"]], "on one dataset"),
+        ([a["id"], plain["id"]], "is not an experiment on a dataset"),
+    ):
+        with pytest.raises(langsmith.UnprocessableEntityError, match=detail):
+            api.annotation_queues.populate(queue_id=queue["id"], session_ids=sessions)
+    # A single-run queue takes an experiment's runs one by one.
+    api.annotation_queues.populate(queue_id=str(single.id), session_ids=[a["id"]])
+    assert [i["run_id"] for i in server.queue_items[str(single.id)]] == [r["id"] for r in runs_a]
+
+
+def test_a_pairwise_review_records_binary_feedback_on_both_runs(
+    server: LangSmithTestServer,
+) -> None:
+    (a, b), (runs_a, runs_b) = _experiments_on_one_dataset(server, ("a", "b"))
+    queue = server.add_pairwise_queue(
+        "a-vs-b", [a["id"], b["id"]], rubric_items=[{"feedback_key": "pref"}]
+    )
+    pair = (runs_a[0]["id"], runs_b[0]["id"])
+    scores = {}
+    for choice in ("A", "B", "equal"):
+        records = server.review_pair(queue["id"], pair, choice, key="pref", reviewer="ana")
+        scores[choice] = tuple(r["score"] for r in records)
+        assert {r["feedback_source"]["type"] for r in records} == {"app"}
+    assert scores == {"A": (1.0, 0.0), "B": (0.0, 1.0), "equal": (1.0, 1.0)}
+    assert len(server.feedback) == 2  # choosing again updates the reviewer's records
+    server.review_pair(queue["id"], pair, "A", key="pref", reviewer="bo")
+    assert len(server.feedback) == 4
+    with pytest.raises(HTTPError, match="not a pair"):
+        server.review_pair(
+            queue["id"], (runs_a[0]["id"], runs_b[1]["id"]), "A", key="pref", reviewer="ana"
+        )
+    with pytest.raises(HTTPError, match="not a rubric key"):
+        server.review_pair(queue["id"], pair, "A", key="other", reviewer="ana")
+    with pytest.raises(HTTPError, match="exactly two experiments"):
+        server.add_pairwise_queue("lonely", [a["id"]])
 
 
 # -- strict like the real service ------------------------------------------------
