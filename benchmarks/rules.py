@@ -734,7 +734,7 @@ def plot_curve(summary: dict[str, Any], path: str) -> None:
     ax.set_ylabel("correct, pooled over 6 domains")
     ax.set_title("rules.jsonl: ours' learning curve")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7, framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -744,15 +744,20 @@ def merge_results(paths: list[Path], out: Path) -> dict[str, Any]:
     """One result file from several runs on the same data (e.g. systems run in separate
     processes): a system's runs are renumbered as repeats in the order given, a run on
     other domains than its system's last repeat completes that repeat, and every file's
-    invocations (commit, models, machine) are kept."""
+    invocations (commit, models, machine) are kept. A path written `FILE:SYSTEM,...`
+    takes only those systems' runs from the file."""
     merged: dict[str, Any] = {}
-    for path in paths:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    for given in paths:
+        path, _, only = str(given).partition(":")
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if only:
+            keep = set(only.split(","))
+            data["runs"] = {r: d for r, d in data["runs"].items() if r.split("#")[0] in keep}
         if not merged:
             merged = {**data, "invocations": [], "runs": {}, "merged_from": []}
         elif data.get("data_sha256") != merged.get("data_sha256"):
             raise SystemExit(f"{path} was measured on other data than {paths[0]}")
-        merged["merged_from"].append(str(path))
+        merged["merged_from"].append(str(given))
         merged["invocations"] += data.get("invocations", [])
         for run, domains in data["runs"].items():
             system = run.split("#")[0]
@@ -838,7 +843,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         type=Path,
         metavar="RESULT",
-        help="only merge these result files into --out (and its .md table); no model call",
+        help="only merge these result files into --out (and its .md table); no model call; "
+        "FILE:SYSTEM,... takes only those systems' runs of FILE",
     )
     ap.add_argument(
         "--plot",

@@ -143,6 +143,9 @@ def test_rules_merge_joins_domains_of_one_repeat_and_keeps_repeats_apart(tmp_pat
     assert sorted(merged["runs"]) == ["ours_oracle#0", "ours_oracle#1"]
     assert sorted(merged["runs"]["ours_oracle#0"]) == ["contracts", "medication"]
     assert sorted(merged["runs"]["ours_oracle#1"]) == ["medication"]
+    both = result("d.json", {"ours#0": {"medication": entry}, "unaligned#0": {"medication": entry}})
+    picked = rules.merge_results([Path(f"{both}:unaligned"), first], tmp_path / "p.json")
+    assert sorted(picked["runs"]) == ["ours_oracle#0", "unaligned#0"]
 
 
 def test_rules_learning_curve_puts_unaligned_at_0_and_averages_repeats(tmp_path: Path) -> None:
