@@ -22,7 +22,10 @@ reading, because a run can become readable a while after it started; the runs re
 that margin are remembered, not read again.
 
 It is resumable: a run that already carries the judge's verdict is never judged again, and
-sampling is decided by the run's id, so a run left out stays left out after a restart. A
+sampling is decided by the run's id, so a run left out stays left out after a restart. The
+runs picked for review are stored with the cursor and kept until the queue has them, so a
+send the queue refuses (its rate limit) or a kill before it leaves them to the next cycle,
+which sends them first (leaving out what the queue already holds: each is queued once). A
 judgment that fails is retried by the next cycles, `MAX_ATTEMPTS` times in all (counted in
 the judge's memory, so restarts count too), unless every judgment of its cycle failed on
 the model provider (an outage: not counted against the runs); the judge's own calls are
@@ -214,13 +217,16 @@ class _WatchState:
     `cursor`: every run at or before this position was read. `recent`: runs after it
     already read (within `SETTLE` of a cycle's reading time), by id with their start
     time. `held`: runs to read again (still running, or whose judgment failed), with
-    their start time and failed judgments. `since`: the `since` the cursor started from.
+    their start time and failed judgments. `unsent`: runs picked for review that may not
+    be in the queue yet, by id with their project and start time (the queue's lookup
+    key). `since`: the `since` the cursor started from.
     """
 
     cursor: RunPosition
     since: str | None = None
     recent: dict[str, str] = field(default_factory=dict)
     held: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsent: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     @classmethod
     def load(
@@ -238,6 +244,10 @@ class _WatchState:
         # A watch from before the cursor kept only its failures (`{"failed": {id: n}}`).
         for rid, n in (saved.get("failed") or {}).items():
             held.setdefault(rid, {"start_time": None, "failed": int(n)})
+        unsent = {
+            rid: {"project_id": u.get("project_id"), "start_time": u.get("start_time")}
+            for rid, u in (saved.get("unsent") or {}).items()
+        }
         stored = saved.get("cursor")
         at = _time((stored or {}).get("start_time"))
         if stored and at is not None and (since is None or saved.get("since") == key):
@@ -246,13 +256,14 @@ class _WatchState:
                 since=saved.get("since"),
                 recent=dict(saved.get("recent") or {}),
                 held=held,
+                unsent=unsent,
             )
         if isinstance(since, dt.datetime):
             start = since
         else:
             start = now - (SINCE if since is None else since)
         # Before every run of that time: the id sorts first.
-        return cls(cursor=(start, ""), since=key, held=held)
+        return cls(cursor=(start, ""), since=key, held=held, unsent=unsent)
 
     def hold(self, run: RunRecord, *, failed: int | None = None) -> None:
         """Keep `run` aside, to be read again by the next cycles."""
@@ -260,6 +271,21 @@ class _WatchState:
         entry["start_time"] = run.start_time.isoformat() if run.start_time else None
         if failed is not None:
             entry["failed"] = failed
+
+    def to_send(self, runs: Sequence[RunRecord]) -> None:
+        """Note `runs` as picked for review: they stay here until the queue has them."""
+        for run in runs:
+            self.unsent[run.id] = {
+                "project_id": run.project_id,
+                "start_time": run.start_time.isoformat() if run.start_time else None,
+            }
+
+    def unsent_runs(self) -> list[RunRecord]:
+        """The runs picked for review not known to be in the queue, as the queue adds them."""
+        return [
+            RunRecord(id=rid, project_id=u["project_id"], start_time=_time(u["start_time"]))
+            for rid, u in self.unsent.items()
+        ]
 
     def advance(self, read: Sequence[RunPosition], now: dt.datetime) -> None:
         """Move the cursor past the runs `read`, but not within `SETTLE` of `now`."""
@@ -278,6 +304,7 @@ class _WatchState:
             "since": self.since,
             "recent": self.recent,
             "held": self.held,
+            "unsent": self.unsent,
         }
 
 
@@ -485,6 +512,10 @@ class JudgeMonitor:
         now = dt.datetime.now(dt.UTC)
         with self.judge.memory.integration_state(state_key) as saved:
             state = _WatchState.load(saved.get(), self.since, now)
+        if state.unsent:
+            # Picked for review by an earlier cycle that the queue refused (its rate
+            # limit), or that was killed before they reached it: sent first.
+            self._send(cycle, state, state_key)
         # The next runs after the cursor, oldest first, the ones read within the settle
         # margin left out. Errored runs are listed too: not judged, but reported.
         page = self.api.runs_after(
@@ -584,18 +615,34 @@ class JudgeMonitor:
                     "" if failed < MAX_ATTEMPTS else ", not tried again",
                     cycle.failed[run_id],
                 )
-        # Every run read is judged, decided, or kept aside: the cursor moves past them.
-        state.advance(page.positions, now)
-        with self.judge.memory.integration_state(state_key) as saved:
-            saved.set(state.dump())
         # In the runs' order (they were judged concurrently): the report, and which runs go
         # to review among equally sure verdicts, do not depend on which judgment ended first.
         order = {r.id: i for i, r in enumerate(chosen)}
         cycle.verdicts.sort(key=lambda v: order[v.run_id])
         cycle.failed = dict(sorted(cycle.failed.items(), key=lambda kv: order[kv[0]]))
-        to_review = self._pick_for_review(chosen, cycle.verdicts)
-        if to_review:
-            cycle.sent = self.queue.send(to_review, select="all").run_ids
+        # The runs picked for review are stored with the cursor, in the same write: once
+        # the cursor has passed them, no cycle would pick them again, so a send the queue
+        # refuses, or a kill before it, leaves them to the next cycle instead of losing them.
+        state.to_send(self._pick_for_review(chosen, cycle.verdicts))
+        # Every run read is judged, decided, or kept aside: the cursor moves past them.
+        state.advance(page.positions, now)
+        with self.judge.memory.integration_state(state_key) as saved:
+            saved.set(state.dump())
+        if state.unsent:
+            self._send(cycle, state, state_key)
+
+    def _send(self, cycle: MonitorCycle, state: _WatchState, state_key: str) -> None:
+        """Send the runs picked for review (`state.unsent`) to the queue, then forget them.
+
+        `send` leaves out the runs the queue already holds (and those already reviewed),
+        so a run a killed cycle had sent, but not yet forgotten, is not queued twice. Only
+        the stored `unsent` is changed: the rest of the stored state stays as it is.
+        """
+        report = self.queue.send(state.unsent_runs(), select="all")
+        cycle.sent += report.run_ids
+        state.unsent = {}
+        with self.judge.memory.integration_state(state_key) as saved:
+            saved.set({**(saved.get() or {}), "unsent": {}})
 
     def _pick_for_review(
         self, runs: Sequence[RunRecord], verdicts: Sequence[Verdict]

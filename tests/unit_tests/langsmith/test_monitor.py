@@ -403,6 +403,80 @@ def test_a_lasting_rate_limit_on_any_call_of_a_cycle_ends_it_and_the_next_resume
     assert len(judge.feedback_ids) == 1  # the review learned, once
 
 
+def queued(server: LangSmithTestServer, monitor: JudgeMonitor) -> list[str]:
+    """The runs in the monitor's review queue, as the server stores them."""
+    return [i["run_id"] for i in server.queue_items.get(monitor.queue.queue_id, [])]
+
+
+def item_posts(server: LangSmithTestServer) -> list[str]:
+    """Each run in each queue-item request the server took (twice if sent twice)."""
+    return [
+        item["run_id"]
+        for r in server.requests_to("/platform/annotation-queues", "POST")
+        if r.path.endswith("/items") and r.status == 200
+        for item in r.json["items"]
+    ]
+
+
+def test_runs_picked_for_review_in_a_cycle_the_queue_refused_are_sent_by_the_next(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, no_backoff: None
+) -> None:
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=2)
+    monitor.queue.ensure()
+    ids = add_runs(server, ["polite a", "rude b"])
+    # The queue refuses every item for longer than the SDK retries: the verdicts are
+    # written and the cursor moves past the runs, but the two picked are not in the queue.
+    fault = server.inject_failure(
+        "/platform/annotation-queues", status=429, times=1000, method="POST"
+    )
+    cut = monitor.run_once()
+    assert fault.hits > 0 and cut.rate_limited and cut.sent == []
+    assert sorted(verdict_runs(server)) == sorted(ids) and queued(server, monitor) == []
+    server.clear_faults()
+    # The next cycle (a restart: the runs to send are kept with the cursor) sends them.
+    after = JudgeMonitor(judge, client, project="prod", review_limit=2).run_once()
+    assert after.clean and after.considered == 0 and sorted(after.sent) == sorted(ids)
+    assert sorted(queued(server, monitor)) == sorted(ids)
+    # Once each: the cycle after sends nothing again.
+    assert monitor.run_once().sent == []
+    assert sorted(item_posts(server)) == sorted(ids)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before the send", "after it"])
+def test_a_watch_killed_around_its_send_neither_loses_nor_repeats_a_run_for_review(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    landed: bool,
+) -> None:
+    from langchain_memalign.langsmith._api import LangSmithAPI
+
+    ids = add_runs(server, ["polite a", "rude b"])
+    real_add = LangSmithAPI.add_to_queue
+
+    def add_then_die(self: LangSmithAPI, *args: Any) -> None:
+        # The process dies once the cycle has stored its cursor: before its items reach
+        # the queue, or once they have, before it could note that they did.
+        if landed:
+            real_add(self, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LangSmithAPI, "add_to_queue", add_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        JudgeMonitor(judge, client, project="prod", review_limit=2).run_once()
+    monkeypatch.setattr(LangSmithAPI, "add_to_queue", real_add)
+    assert sorted(verdict_runs(server)) == sorted(ids)
+    restarted = JudgeMonitor(judge, client, project="prod", review_limit=2)
+    after = restarted.run_once()
+    assert after.considered == 0  # the cursor had passed them: nothing judged again
+    # Sent by the restart if the kill came first; found in the queue (not sent again) if not.
+    assert sorted(after.sent) == ([] if landed else sorted(ids))
+    assert sorted(queued(server, restarted)) == sorted(ids)
+    assert restarted.run_once().sent == []
+    assert sorted(item_posts(server)) == sorted(ids)
+
+
 @pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)
 def test_only_ended_runs_without_error_are_judged_and_a_running_one_by_a_later_cycle(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
