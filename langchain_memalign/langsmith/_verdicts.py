@@ -34,6 +34,7 @@ from langchain_memalign.langsmith._fields import (
     distance,
     feedback_config,
     get_path,
+    read_label,
     score_fields,
 )
 from langchain_memalign.langsmith.source import FeedbackMapping
@@ -114,12 +115,18 @@ def uncertainty(judge: MemAlignJudge, result: JudgeResult) -> float:
     similar past case is maximally unsure (1.0).
     """
     ids = list((result.get("metadata") or {}).get("episode_ids") or [])
+    return _uncertainty(judge, label_of(result), ids)
+
+
+def _uncertainty(judge: MemAlignJudge, label: Any, episode_ids: Sequence[str]) -> float:
+    """`uncertainty` of the verdict `label`, from the episodes it recalled (most similar first)."""
+    ids = list(episode_ids)
     stored = judge.memory.feedback(ids) if ids else {}
     pairs = [(1.0 / (rank + 1), stored[i].value) for rank, i in enumerate(ids) if i in stored]
     if not pairs:
         return 1.0
     total = sum(w for w, _ in pairs)
-    return sum(w * distance(judge.scale, label_of(result), v) for w, v in pairs) / total
+    return sum(w * distance(judge.scale, label, v) for w, v in pairs) / total
 
 
 def _case(run: RunRecord, mapping: FeedbackMapping) -> dict[str, Any]:
@@ -306,6 +313,38 @@ def _write_verdict(
         session_id=run.project_id,
     )
     return verdict.model_copy(update={"feedback_id": fid})
+
+
+def _written_verdict(judge: MemAlignJudge, fb: ls_schemas.Feedback) -> Verdict | None:
+    """The verdict `_write_verdict` wrote in `fb`, read back; None if `fb` holds none.
+
+    Only the judge's own record on its run (`verdict_feedback_id`) counts. Its
+    `uncertainty` is worked out again from the episodes the judgment recalled (kept in
+    the judge's mark), on what the memory holds now; `kept_correction` says a reviewer
+    has corrected it since.
+    """
+    if fb.run_id is None or str(fb.id) != verdict_feedback_id(judge, str(fb.run_id)):
+        return None
+    record = fb.model_dump(mode="json")
+    score = read_label(judge.scale, record, ("value", "score"))
+    if score is MISSING:
+        return None
+    mark = get_path(record, "feedback_source.metadata")
+    mark = mark if isinstance(mark, dict) else {}
+    episode_ids = [str(i) for i in mark.get("episode_ids") or []]
+    judge_run = get_path(mark, "__run.run_id")  # where the SDK keeps `source_run_id`
+    return Verdict(
+        run_id=str(fb.run_id),
+        key=fb.key,
+        score=score,
+        comment=fb.comment,
+        guideline_ids=[str(i) for i in mark.get("guideline_ids") or []],
+        episode_ids=episode_ids,
+        uncertainty=_uncertainty(judge, score, episode_ids),
+        judge_run_id=None if judge_run is MISSING else str(judge_run),
+        feedback_id=str(fb.id),
+        kept_correction=fb.correction not in (None, {}, ""),
+    )
 
 
 def verdict_feedback_id(judge: MemAlignJudge, run_id: str) -> str:

@@ -268,6 +268,81 @@ def test_a_watch_killed_mid_cycle_resumes_without_judging_a_run_twice(
     assert sorted(verdict_runs(server)) == sorted(ids)
 
 
+@pytest.mark.parametrize(
+    ("cut", "scan"),
+    [("kill", 100), ("429", 100), ("kill", 2)],
+    ids=["kill", "429", "kill, restart with a smaller scan"],
+)
+def test_verdicts_written_by_a_cycle_cut_short_while_judging_still_go_to_review(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    no_backoff: None,
+    cut: str,
+    scan: int,
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    ids = add_runs(server, [f"polite answer {i}" for i in range(5)])
+    real_write = monitor_module._write_verdict
+    written: list[str] = []
+
+    def write_then_stop(*args: Any) -> Any:
+        if len(written) == 2:
+            if cut == "kill":
+                raise KeyboardInterrupt  # the process is killed after two verdicts landed
+            server.inject_failure("/feedback", status=429, times=1000, method="POST")
+        verdict = real_write(*args)
+        written.append(verdict.run_id)
+        return verdict
+
+    # Every run judged qualifies for review (review_limit covers them all): the two whose
+    # verdicts landed before the cut must reach the queue too, though no later cycle
+    # judges them again.
+    monkeypatch.setattr(monitor_module, "_write_verdict", write_then_stop)
+    if cut == "kill":
+        with pytest.raises(KeyboardInterrupt):
+            JudgeMonitor(judge, client, project="prod", review_limit=5).run_once()
+    else:
+        assert JudgeMonitor(judge, client, project="prod", review_limit=5).run_once().rate_limited
+        server.clear_faults()
+    monkeypatch.setattr(monitor_module, "_write_verdict", real_write)
+    assert sorted(verdict_runs(server)) == sorted(written) and len(written) == 2
+    # (A restart that reads fewer runs a cycle reads the cut cycle's runs all the same.)
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=5, scan=scan)
+    resumed = monitor.run_once()
+    assert sorted(v.run_id for v in resumed.verdicts) == sorted(set(ids) - set(written))
+    assert resumed.already_judged == 2 and sorted(resumed.sent) == sorted(ids)
+    assert sorted(queued(server, monitor)) == sorted(ids)
+    while (later := monitor.run_once()).considered:  # the cursor reads them again: no more
+        assert later.verdicts == [] and later.sent == []
+    assert sorted(item_posts(server)) == sorted(ids) and sorted(verdict_runs(server)) == sorted(ids)
+
+
+def test_a_verdict_read_back_from_langsmith_is_the_verdict_written(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    from langchain_memalign.langsmith._verdicts import _written_verdict
+
+    # A review the judge learns, then a run just like it (whose verdict recalls it: sure)
+    # and another (recalling nothing: unsure).
+    (reviewed,) = add_runs(server, ["rude refunds"])
+    monitor = JudgeMonitor(judge, client, project="prod", trace=True)
+    monitor.run_once()
+    server.add_feedback(reviewed, KEY, score=0, comment="Rude indeed.",
+                        feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
+    monitor.queue.complete([reviewed])
+    assert len(monitor.run_once().pulled.added) == 1
+    add_runs(server, ["rude refunds", "polite hours"])
+    cycle = monitor.run_once()
+    assert len(cycle.verdicts) == 2 and None not in {v.judge_run_id for v in cycle.verdicts}
+    assert sorted(v.uncertainty for v in cycle.verdicts) == [0.0, 1.0]
+    listed = client.list_feedback(run_ids=[v.run_id for v in cycle.verdicts], feedback_key=[KEY])
+    read = {v.run_id: v for fb in listed if (v := _written_verdict(judge, fb)) is not None}
+    assert read == {v.run_id: v for v in cycle.verdicts}
+
+
 # -- production safety (issue 46) -------------------------------------------------------------
 
 
