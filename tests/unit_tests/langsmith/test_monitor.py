@@ -78,6 +78,21 @@ def verdict_runs(server: LangSmithTestServer) -> list[str]:
     ]
 
 
+def queued(server: LangSmithTestServer, monitor: JudgeMonitor) -> list[str]:
+    """The runs in the monitor's review queue, as the server stores them."""
+    return [i["run_id"] for i in server.queue_items.get(monitor.queue.queue_id, [])]
+
+
+def item_posts(server: LangSmithTestServer) -> list[str]:
+    """Each run in each queue-item request the server took (twice if sent twice)."""
+    return [
+        item["run_id"]
+        for r in server.requests_to("/platform/annotation-queues", "POST")
+        if r.path.endswith("/items") and r.status == 200
+        for item in r.json["items"]
+    ]
+
+
 def test_a_cycle_judges_new_runs_once_and_queues_the_least_sure(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
 ) -> None:
@@ -476,21 +491,10 @@ def test_a_lasting_rate_limit_on_any_call_of_a_cycle_ends_it_and_the_next_resume
     after = monitor.run_once()
     assert after.clean and set(ids) <= set(verdict_runs(server))
     assert len(judge.feedback_ids) == 1  # the review learned, once
-
-
-def queued(server: LangSmithTestServer, monitor: JudgeMonitor) -> list[str]:
-    """The runs in the monitor's review queue, as the server stores them."""
-    return [i["run_id"] for i in server.queue_items.get(monitor.queue.queue_id, [])]
-
-
-def item_posts(server: LangSmithTestServer) -> list[str]:
-    """Each run in each queue-item request the server took (twice if sent twice)."""
-    return [
-        item["run_id"]
-        for r in server.requests_to("/platform/annotation-queues", "POST")
-        if r.path.endswith("/items") and r.status == 200
-        for item in r.json["items"]
-    ]
+    # The run picked for review among the new ones is in the queue (when the send was
+    # refused: picked by the cycle cut short, sent by the next), and no run went twice.
+    assert len(set(queued(server, monitor)) & set(ids)) == 1
+    assert sorted(item_posts(server)) == sorted(set(item_posts(server)))
 
 
 def test_runs_picked_for_review_in_a_cycle_the_queue_refused_are_sent_by_the_next(
