@@ -227,6 +227,52 @@ class RunsAPI(APIBase):
                 )
             ]
 
+    def errored_runs(
+        self, project: ls_schemas.TracerSession, since: dt.datetime, *, limit: int
+    ) -> tuple[list[RunRecord], bool]:
+        """The project's root runs that ended with an error, started at `since` or later.
+
+        What `project_runs(with_errors=False)` leaves out, for a report: one query, of at
+        most `limit` runs (ids, start times and errors only), newest first; the second
+        value says more were left unread. (On v2, whose order is not documented, which
+        runs are read when there are more is up to the service.)
+        """
+        api = self._v2_runs()
+        lo = since - _BOUND_MARGIN  # whether the API's bound is inclusive is not documented
+        runs: list[RunRecord] = []
+        if api is not None:
+            try:
+                for run in api.runs.query_v2(
+                    project_ids=[str(project.id)],
+                    is_root=True,
+                    has_error=True,
+                    min_start_time=lo,
+                    max_start_time=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+                    selects=["ID", "START_TIME", "ERROR"],
+                    page_size=min(limit + 1, _LIST_PAGE),
+                ):
+                    runs.append(_from_v2(run))
+                    if len(runs) > limit:
+                        break
+            except Exception as e:
+                self._v2_failed(e)
+                runs = []
+        if api is None or not self._use_v2_runs:
+            with _legacy():
+                for v1_run in self.client.list_runs(
+                    project_id=project.id,
+                    is_root=True,
+                    error=True,
+                    start_time=lo,
+                    select=[*_V1_LIST_SELECT, "error"],
+                    order="desc",
+                    limit=limit + 1,
+                ):
+                    runs.append(_from_v1(v1_run))
+        runs = [r for r in runs if r.start_time is not None and r.start_time >= since]
+        runs.sort(key=_start_and_id, reverse=True)
+        return runs[:limit], len(runs) > limit
+
     @staticmethod
     def _latest_v2(
         api: Any, project: ls_schemas.TracerSession, limit: int, no_error: dict[str, bool]

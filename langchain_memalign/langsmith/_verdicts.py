@@ -28,12 +28,14 @@ from pydantic import BaseModel, Field
 
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord, RunRef
+from langchain_memalign.langsmith._api_base import EARLIEST
 from langchain_memalign.langsmith._fields import (
     MISSING,
     comment_digest,
     distance,
     feedback_config,
     get_path,
+    read_label,
     score_fields,
 )
 from langchain_memalign.langsmith.source import FeedbackMapping
@@ -42,6 +44,8 @@ from langchain_memalign.result import JudgeResult, label_of
 logger = logging.getLogger(__name__)
 
 _FEEDBACK_NS = uuid.UUID("6f1c1f0e-8a51-4d55-9d4f-6d656d616c67")
+ERRORED_REPORTED = 1000
+"""At most this many errored runs of a project are named in a report (see `_candidates`)."""
 
 
 def _mark(
@@ -91,7 +95,8 @@ class Verdicts(list[Verdict]):
     Attributes:
         failed: Runs whose judgment failed, with the error (the others were written).
         skipped: Runs not judged, with the reason: still running (no end time yet:
-            judged by a later call, once ended), or ended with an error.
+            judged by a later call, once ended), or ended with an error (for a
+            project, those among or after its runs judged, up to `ERRORED_REPORTED`).
     """
 
     def __init__(
@@ -114,12 +119,18 @@ def uncertainty(judge: MemAlignJudge, result: JudgeResult) -> float:
     similar past case is maximally unsure (1.0).
     """
     ids = list((result.get("metadata") or {}).get("episode_ids") or [])
+    return _uncertainty(judge, label_of(result), ids)
+
+
+def _uncertainty(judge: MemAlignJudge, label: Any, episode_ids: Sequence[str]) -> float:
+    """`uncertainty` of the verdict `label`, from the episodes it recalled (most similar first)."""
+    ids = list(episode_ids)
     stored = judge.memory.feedback(ids) if ids else {}
     pairs = [(1.0 / (rank + 1), stored[i].value) for rank, i in enumerate(ids) if i in stored]
     if not pairs:
         return 1.0
     total = sum(w for w, _ in pairs)
-    return sum(w * distance(judge.scale, label_of(result), v) for w, v in pairs) / total
+    return sum(w * distance(judge.scale, label, v) for w, v in pairs) / total
 
 
 def _case(run: RunRecord, mapping: FeedbackMapping) -> dict[str, Any]:
@@ -194,6 +205,42 @@ def _judgeable(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], dict[str, st
         else:
             skipped[run.id] = why
     return ready, skipped
+
+
+def _candidates(
+    api: LangSmithAPI,
+    runs: Sequence[RunRef] | None,
+    project: str | uuid.UUID | None,
+    limit: int | None,
+) -> tuple[list[RunRecord], dict[str, str]]:
+    """Runs to judge: those given, or a project's `limit` latest root runs without error.
+
+    With a project, its runs that ended with an error take no place among the `limit`
+    latest (the query leaves them out), but they are not left out silently: the second
+    value names those that started no earlier than the oldest run listed (any, when the
+    project has fewer than `limit` runs to judge, or without a limit), with the reason.
+    One more query reads them, bounded: past `ERRORED_REPORTED`, a warning says how many
+    were named. Given runs come as given, errored ones among them.
+    """
+    if (runs is None) == (project is None):
+        raise ValueError("give exactly one of runs or project")
+    if project is None:
+        return api.records(runs, None), {}
+    if limit is not None and limit < 1:
+        return [], {}
+    found = api.project(project)
+    listed = api.project_runs(found, limit=limit, with_errors=False)
+    full = limit is not None and len(listed) >= limit
+    since = (listed[-1].start_time if full else None) or EARLIEST
+    errored, more = api.errored_runs(found, since, limit=ERRORED_REPORTED)
+    if more:
+        logger.warning(
+            "project %s: more than %d runs ended with an error; %d are named in the report",
+            found.name,
+            ERRORED_REPORTED,
+            len(errored),
+        )
+    return listed, {r.id: r.unjudgeable() or "ended with an error" for r in errored}
 
 
 def _judgments(
@@ -308,6 +355,38 @@ def _write_verdict(
     return verdict.model_copy(update={"feedback_id": fid})
 
 
+def _written_verdict(judge: MemAlignJudge, fb: ls_schemas.Feedback) -> Verdict | None:
+    """The verdict `_write_verdict` wrote in `fb`, read back; None if `fb` holds none.
+
+    Only the judge's own record on its run (`verdict_feedback_id`) counts. Its
+    `uncertainty` is worked out again from the episodes the judgment recalled (kept in
+    the judge's mark), on what the memory holds now; `kept_correction` says a reviewer
+    has corrected it since.
+    """
+    if fb.run_id is None or str(fb.id) != verdict_feedback_id(judge, str(fb.run_id)):
+        return None
+    record = fb.model_dump(mode="json")
+    score = read_label(judge.scale, record, ("value", "score"))
+    if score is MISSING:
+        return None
+    mark = get_path(record, "feedback_source.metadata")
+    mark = mark if isinstance(mark, dict) else {}
+    episode_ids = [str(i) for i in mark.get("episode_ids") or []]
+    judge_run = get_path(mark, "__run.run_id")  # where the SDK keeps `source_run_id`
+    return Verdict(
+        run_id=str(fb.run_id),
+        key=fb.key,
+        score=score,
+        comment=fb.comment,
+        guideline_ids=[str(i) for i in mark.get("guideline_ids") or []],
+        episode_ids=episode_ids,
+        uncertainty=_uncertainty(judge, score, episode_ids),
+        judge_run_id=None if judge_run is MISSING else str(judge_run),
+        feedback_id=str(fb.id),
+        kept_correction=fb.correction not in (None, {}, ""),
+    )
+
+
 def verdict_feedback_id(judge: MemAlignJudge, run_id: str) -> str:
     """The id of the model feedback holding a judge's verdict on a run (stable)."""
     return str(uuid.uuid5(_FEEDBACK_NS, f"{judge.config.name}:{run_id}"))
@@ -343,9 +422,10 @@ def write_verdicts(
         client: A `langsmith.Client` (default: from the environment).
         runs: The runs to judge (ids or `Run` objects)...
         project: ...or a project whose root runs to judge (newest first by start
-            time; those that ended with an error are not read).
+            time; those that ended with an error are named in `skipped`).
         limit: At most this many runs of the project: its latest (errored runs not
-            counted).
+            counted: those started no earlier than the oldest judged are named in
+            `skipped`, read by one more query).
         mapping: Which run fields are the case's inputs and outputs.
         tracing_project: Where the judge's runs are traced.
         max_concurrency: Judgments in parallel.
@@ -364,8 +444,10 @@ def write_verdicts(
     # verdict on a key read on another scale would be misread in the UI).
     api.ensure_feedback_config(judge.config.name, feedback_config(judge.scale))
     # A project's errored runs take no place among its `limit` latest (the query leaves
-    # them out); given runs are checked one by one.
-    records, skipped = _judgeable(api.records(runs, project, limit, with_errors=False))
+    # them out), but are named; given runs are checked one by one.
+    listed, errored = _candidates(api, runs, project, limit)
+    records, skipped = _judgeable(listed)
+    skipped |= errored
     verdicts, failed = _judge_each(
         judge,
         records,

@@ -22,7 +22,12 @@ reading, because a run can become readable a while after it started; the runs re
 that margin are remembered, not read again.
 
 It is resumable: a run that already carries the judge's verdict is never judged again, and
-sampling is decided by the run's id, so a run left out stays left out after a restart. A
+sampling is decided by the run's id, so a run left out stays left out after a restart. The
+runs picked for review are stored with the cursor and kept until the queue has them, so a
+send the queue refuses (its rate limit) or a kill before it leaves them to the next cycle,
+which sends them first (leaving out what the queue already holds: each is queued once); and
+the runs a cycle sets out to judge are stored before it judges them, so the verdicts a
+cycle cut short had written are read back by the next and take part in its pick. A
 judgment that fails is retried by the next cycles, `MAX_ATTEMPTS` times in all (counted in
 the judge's memory, so restarts count too), unless every judgment of its cycle failed on
 the model provider (an outage: not counted against the runs); the judge's own calls are
@@ -60,7 +65,12 @@ from langchain_memalign.langsmith._api_base import _time
 from langchain_memalign.langsmith._api_runs import RunPosition
 from langchain_memalign.langsmith._fields import distance
 from langchain_memalign.langsmith._source_types import SyncReport
-from langchain_memalign.langsmith._verdicts import Verdict, _judgments, _write_verdict
+from langchain_memalign.langsmith._verdicts import (
+    Verdict,
+    _judgments,
+    _write_verdict,
+    _written_verdict,
+)
 from langchain_memalign.langsmith.queue import JudgeAnnotationQueue
 from langchain_memalign.langsmith.source import FeedbackMapping
 
@@ -113,7 +123,8 @@ class MonitorCycle(BaseModel):
     considered: int = Field(
         default=0,
         description="Root runs without error read: the new ones after the cursor (at most "
-        "`scan`), and earlier ones read again (still running, or to retry).",
+        "`scan`), and earlier ones read again (still running, to retry, or set out to be "
+        "judged by a cycle cut short).",
     )
     left: int = Field(
         default=0,
@@ -214,13 +225,20 @@ class _WatchState:
     `cursor`: every run at or before this position was read. `recent`: runs after it
     already read (within `SETTLE` of a cycle's reading time), by id with their start
     time. `held`: runs to read again (still running, or whose judgment failed), with
-    their start time and failed judgments. `since`: the `since` the cursor started from.
+    their start time and failed judgments. `judging`: the runs a cycle set out to judge,
+    by id with their start time, stored before its judgments start and cleared once it
+    has picked the runs for review: a cycle cut short meanwhile leaves verdicts that no
+    pick has seen, which the next cycle reads back. `unsent`: runs picked for review that
+    may not be in the queue yet, by id with their project and start time (the queue's
+    lookup key). `since`: the `since` the cursor started from.
     """
 
     cursor: RunPosition
     since: str | None = None
     recent: dict[str, str] = field(default_factory=dict)
     held: dict[str, dict[str, Any]] = field(default_factory=dict)
+    judging: dict[str, str | None] = field(default_factory=dict)
+    unsent: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     @classmethod
     def load(
@@ -238,6 +256,12 @@ class _WatchState:
         # A watch from before the cursor kept only its failures (`{"failed": {id: n}}`).
         for rid, n in (saved.get("failed") or {}).items():
             held.setdefault(rid, {"start_time": None, "failed": int(n)})
+        unsent = {
+            rid: {"project_id": u.get("project_id"), "start_time": u.get("start_time")}
+            for rid, u in (saved.get("unsent") or {}).items()
+        }
+        # Read by id whatever the cursor: kept when a new `since` restarts it.
+        kept = {"held": held, "judging": dict(saved.get("judging") or {}), "unsent": unsent}
         stored = saved.get("cursor")
         at = _time((stored or {}).get("start_time"))
         if stored and at is not None and (since is None or saved.get("since") == key):
@@ -245,14 +269,14 @@ class _WatchState:
                 cursor=(at, str(stored.get("id") or "")),
                 since=saved.get("since"),
                 recent=dict(saved.get("recent") or {}),
-                held=held,
+                **kept,
             )
         if isinstance(since, dt.datetime):
             start = since
         else:
             start = now - (SINCE if since is None else since)
         # Before every run of that time: the id sorts first.
-        return cls(cursor=(start, ""), since=key, held=held)
+        return cls(cursor=(start, ""), since=key, **kept)
 
     def hold(self, run: RunRecord, *, failed: int | None = None) -> None:
         """Keep `run` aside, to be read again by the next cycles."""
@@ -260,6 +284,21 @@ class _WatchState:
         entry["start_time"] = run.start_time.isoformat() if run.start_time else None
         if failed is not None:
             entry["failed"] = failed
+
+    def to_send(self, runs: Sequence[RunRecord]) -> None:
+        """Note `runs` as picked for review: they stay here until the queue has them."""
+        for run in runs:
+            self.unsent[run.id] = {
+                "project_id": run.project_id,
+                "start_time": run.start_time.isoformat() if run.start_time else None,
+            }
+
+    def unsent_runs(self) -> list[RunRecord]:
+        """The runs picked for review not known to be in the queue, as the queue adds them."""
+        return [
+            RunRecord(id=rid, project_id=u["project_id"], start_time=_time(u["start_time"]))
+            for rid, u in self.unsent.items()
+        ]
 
     def advance(self, read: Sequence[RunPosition], now: dt.datetime) -> None:
         """Move the cursor past the runs `read`, but not within `SETTLE` of `now`."""
@@ -278,6 +317,8 @@ class _WatchState:
             "since": self.since,
             "recent": self.recent,
             "held": self.held,
+            "judging": self.judging,
+            "unsent": self.unsent,
         }
 
 
@@ -485,6 +526,10 @@ class JudgeMonitor:
         now = dt.datetime.now(dt.UTC)
         with self.judge.memory.integration_state(state_key) as saved:
             state = _WatchState.load(saved.get(), self.since, now)
+        if state.unsent:
+            # Picked for review by an earlier cycle that the queue refused (its rate
+            # limit), or that was killed before they reached it: sent first.
+            self._send(cycle, state, state_key)
         # The next runs after the cursor, oldest first, the ones read within the settle
         # margin left out. Errored runs are listed too: not judged, but reported.
         page = self.api.runs_after(
@@ -492,31 +537,45 @@ class JudgeMonitor:
         )
         cycle.left, cycle.left_capped = page.left, page.capped
         new_ids = [rid for _, rid in page.positions]
-        again = [rid for rid in state.held if rid not in set(new_ids)]
+        # Read again by id: the runs kept aside, and those a cycle cut short had set out
+        # to judge (whatever the cursor says now: a restart may read from elsewhere).
+        aside = {rid: h.get("start_time") for rid, h in state.held.items()} | state.judging
+        again = [rid for rid in aside if rid not in set(new_ids)]
         pid = str(project.id)
         hints: dict[str, tuple[str | None, dt.datetime | None]] = {
             rid: (pid, start) for start, rid in page.positions
         }
-        hints |= {rid: (pid, _time(state.held[rid].get("start_time"))) for rid in again}
+        hints |= {rid: (pid, _time(aside[rid])) for rid in again}
         found = self.api.read_runs([*new_ids, *again], hints) if hints else {}
         for rid in again:
             if rid not in found or found[rid].error:
                 # Deleted, past retention, or ended with an error while kept aside.
-                state.held.pop(rid)
+                state.held.pop(rid, None)
         # Nothing to judge in an errored run, but the report names it (it would otherwise
         # vanish from the watch's accounts), once: no longer kept aside, and the cursor
         # moves past the new ones.
         cycle.errored = [r for r in [*new_ids, *again] if r in found and found[r].error]
         runs = [found[r] for r in [*new_ids, *again] if r in found and not found[r].error]
         cycle.considered = len(runs)
-        judged = {
-            str(fb.run_id)
-            for fb in self.api.list_feedback(
+        verdicts = list(
+            self.api.list_feedback(
                 key=self.judge.config.name,
                 source_types=["model"],
                 run_ids=[r.id for r in runs],
             )
+        )
+        judged = {str(fb.run_id) for fb in verdicts}
+        # Verdicts a cycle cut short wrote before it could pick the runs for review (the
+        # cursor did not move, or they are read by id): read back, they are picked among
+        # this cycle's, in the runs' order. A verdict a reviewer corrected was reviewed.
+        written = {
+            v.run_id: v
+            for fb in verdicts
+            if str(fb.run_id) in state.judging
+            and (v := _written_verdict(self.judge, fb)) is not None
+            and not v.kept_correction
         }
+        unpicked = [(r, written[r.id]) for r in runs if r.id in written]
         fresh = [r for r in runs if r.id not in judged]
         cycle.already_judged = len(runs) - len(fresh)
         for rid in judged:
@@ -543,6 +602,15 @@ class JudgeMonitor:
         cycle.filtered_out = len(sampled) - len(chosen)
         for r in to_try:  # decided for good unless its judgment fails below
             state.held.pop(r.id, None)
+        if chosen:
+            # Stored alone, before the judgments: a kill or a rate limit while they run
+            # stops the cycle before its pick, and the next cycle reads these runs back.
+            state.judging = {
+                r.id: r.start_time.isoformat() if r.start_time else None
+                for r in [*(r for r, _ in unpicked), *chosen]
+            }
+            with self.judge.memory.integration_state(state_key) as saved:
+                saved.set({**(saved.get() or {}), "judging": state.judging})
         # Off, the judge's own calls stay off LangSmith whatever the environment says (as
         # under `evaluate(upload_runs=False)`, `no_upload_when_local`).
         tracing = contextlib.nullcontext() if self.trace else rh.tracing_context(enabled=False)
@@ -584,18 +652,39 @@ class JudgeMonitor:
                     "" if failed < MAX_ATTEMPTS else ", not tried again",
                     cycle.failed[run_id],
                 )
-        # Every run read is judged, decided, or kept aside: the cursor moves past them.
-        state.advance(page.positions, now)
-        with self.judge.memory.integration_state(state_key) as saved:
-            saved.set(state.dump())
         # In the runs' order (they were judged concurrently): the report, and which runs go
         # to review among equally sure verdicts, do not depend on which judgment ended first.
         order = {r.id: i for i, r in enumerate(chosen)}
         cycle.verdicts.sort(key=lambda v: order[v.run_id])
         cycle.failed = dict(sorted(cycle.failed.items(), key=lambda kv: order[kv[0]]))
-        to_review = self._pick_for_review(chosen, cycle.verdicts)
-        if to_review:
-            cycle.sent = self.queue.send(to_review, select="all").run_ids
+        # The runs picked for review are stored with the cursor, in the same write: once
+        # the cursor has passed them, no cycle would pick them again, so a send the queue
+        # refuses, or a kill before it, leaves them to the next cycle instead of losing them.
+        state.to_send(
+            self._pick_for_review(
+                [*chosen, *(r for r, _ in unpicked)], [*cycle.verdicts, *(v for _, v in unpicked)]
+            )
+        )
+        state.judging = {}
+        # Every run read is judged, decided, or kept aside: the cursor moves past them.
+        state.advance(page.positions, now)
+        with self.judge.memory.integration_state(state_key) as saved:
+            saved.set(state.dump())
+        if state.unsent:
+            self._send(cycle, state, state_key)
+
+    def _send(self, cycle: MonitorCycle, state: _WatchState, state_key: str) -> None:
+        """Send the runs picked for review (`state.unsent`) to the queue, then forget them.
+
+        `send` leaves out the runs the queue already holds (and those already reviewed),
+        so a run a killed cycle had sent, but not yet forgotten, is not queued twice. Only
+        the stored `unsent` is changed: the rest of the stored state stays as it is.
+        """
+        report = self.queue.send(state.unsent_runs(), select="all")
+        cycle.sent += report.run_ids
+        state.unsent = {}
+        with self.judge.memory.integration_state(state_key) as saved:
+            saved.set({**(saved.get() or {}), "unsent": {}})
 
     def _pick_for_review(
         self, runs: Sequence[RunRecord], verdicts: Sequence[Verdict]

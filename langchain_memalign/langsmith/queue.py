@@ -46,6 +46,7 @@ from langchain_memalign.langsmith._fields import (
 from langchain_memalign.langsmith._source_types import UNRESOLVED
 from langchain_memalign.langsmith._verdicts import (
     Verdict,
+    _candidates,
     _judge_each,
     _judgeable,
     _write_verdict,
@@ -91,7 +92,8 @@ class SendReport(BaseModel):
     not_judged: dict[str, str] = Field(
         default_factory=dict,
         description="Candidates a judging send left out, with the reason: still running "
-        "(a later send judges them), or ended with an error.",
+        "(a later send judges them), or ended with an error (for a project, its errored "
+        "runs among or after the `scan` latest it judged, which take no place among them).",
     )
     failed: dict[str, str] = Field(
         default_factory=dict,
@@ -271,7 +273,9 @@ class JudgeAnnotationQueue:
 
         A send that judges (`"uncertain"`, `"disagreement"`, or `write_verdicts`)
         considers only runs that ended without error (the others are in the report's
-        `not_judged`), judges each run on its own, and leaves out the runs whose
+        `not_judged`: for a project, its errored runs take no place among the `scan`
+        latest, and those started no earlier than the oldest of them are named, read by
+        one more query), judges each run on its own, and leaves out the runs whose
         judgment failed (`failed`, with the error); with `"all"` and `"sample"` only
         the chosen runs are judged, each verdict written as soon as it is known.
             seed: Random seed of `select="sample"`.
@@ -284,10 +288,14 @@ class JudgeAnnotationQueue:
             raise ValueError("select='disagreement' needs signal_keys to compare with")
         queue_id = self.ensure()
         judging = select in ("uncertain", "disagreement") or write_verdicts
-        # A send that judges leaves a project's errored runs out of the `scan` latest.
-        candidates = self.api.records(
-            runs, project, scan if project is not None else None, with_errors=not judging
-        )
+        errored: dict[str, str] = {}
+        if judging:
+            # A project's errored runs take no place among the `scan` latest, but are named.
+            candidates, errored = _candidates(
+                self.api, runs, project, scan if project is not None else None
+            )
+        else:
+            candidates = self.api.records(runs, project, scan if project is not None else None)
         queued = set(self.api.queue_run_ids(queue_id, None))
         if skip_reviewed and candidates:
             queued |= {
@@ -306,6 +314,7 @@ class JudgeAnnotationQueue:
             # Only runs that ended without error have something to judge; a running one
             # stays out of the queue until a later send can judge it.
             fresh, report.not_judged = _judgeable(fresh)
+            report.not_judged |= errored
         judge_options: dict[str, Any] = {
             "client": self.client, "trace": write_verdicts, "mapping": self.mapping
         }  # fmt: skip

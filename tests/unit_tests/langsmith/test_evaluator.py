@@ -297,9 +297,11 @@ def test_write_verdicts_judges_ended_runs_without_error_each_on_its_own(
     assert sorted(v.run_id for v in verdicts) == sorted(good)
     assert sorted(_verdict_runs(server)) == sorted(good)
     assert list(verdicts.failed) == [bad] and "MalformedOutputError" in verdicts.failed[bad]
-    # ...a running run is not judged on its missing outputs, an errored one not at all.
-    assert list(verdicts.skipped) == [running] and "still running" in verdicts.skipped[running]
-    assert errored not in verdicts.skipped  # the project's query leaves errored runs out
+    # ...a running run is not judged on its missing outputs, an errored one not at all:
+    # both are named, though the project's query for runs to judge leaves errored runs out.
+    assert list(verdicts.skipped) == [running, errored]
+    assert "still running" in verdicts.skipped[running]
+    assert verdicts.skipped[errored] == "ended with an error (TimeoutError: upstream)"
     given = write_verdicts(judge, client, runs=[errored, running, good[0]])
     assert [v.run_id for v in given] == [good[0]] and given.failed == {}
     assert "ended with an error (TimeoutError: upstream)" in given.skipped[errored]
@@ -316,14 +318,51 @@ def test_write_verdicts_judges_a_projects_latest_runs_whatever_order_the_query_l
     with ordered_server(order) as (server, client):
         ids = server.add_timed_runs(8, step=dt.timedelta(seconds=1))
         project = server.add_project("prod")["id"]
-        # An errored run, the latest of all, takes no place among them.
-        late = (dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)).isoformat()
-        server.add_run(session_id=project, inputs={"q": "x"}, error="Boom",
-                       start_time=late, end_time=late)  # fmt: skip
+
+        def errored(at: dt.datetime, error: str) -> str:
+            run = server.add_run(session_id=project, inputs={"q": "x"}, error=error,
+                                 start_time=at.isoformat(), end_time=at.isoformat())  # fmt: skip
+            return str(run["id"])
+
+        # Errored runs take no place among them: the latest of all, and one among the three
+        # latest judged, are reported as skipped; one older than those three is not.
+        third = dt.datetime.fromisoformat(server.runs[ids[-3]]["start_time"].replace("Z", "+00:00"))
+        late = errored(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1), "Boom")
+        among = errored(third + dt.timedelta(milliseconds=500), "ValueError: no answer")
+        errored(third - dt.timedelta(milliseconds=500), "Older")
+        before = len(server.requests)
         verdicts = write_verdicts(judge, client, project="prod", limit=3)
         assert [v.run_id for v in verdicts] == ids[::-1][:3]  # newest first
         assert sorted(_verdict_runs(server)) == sorted(ids[-3:])
-        assert verdicts.skipped == {} and verdicts.failed == {}
+        assert verdicts.failed == {} and verdicts.skipped == {
+            late: "ended with an error (Boom)",
+            among: "ended with an error (ValueError: no answer)",
+        }
+        # One more run query did it: the errored runs since the oldest of those judged.
+        asked = [r.json for r in server.requests[before:] if r.path.endswith("runs/query")]
+        assert len([q for q in asked if q.get("has_error") or q.get("error")]) == 1
+
+
+def test_write_verdicts_reports_so_many_errored_runs_only_up_to_a_bound(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langchain_memalign.langsmith import _verdicts
+
+    monkeypatch.setattr(_verdicts, "ERRORED_REPORTED", 2)
+    project = server.add_project("prod")["id"]
+    good = server.add_run(session_id=project, inputs={"q": "hours?"}, outputs={"a": "9-5"},
+                          end_time=_now())["id"]  # fmt: skip
+    for i in range(3):
+        server.add_run(session_id=project, inputs={"q": f"q{i}"}, error="Boom", end_time=_now())
+    with caplog.at_level("WARNING", logger=_verdicts.__name__):
+        verdicts = write_verdicts(judge, client, project="prod")
+    assert [v.run_id for v in verdicts] == [good] and len(verdicts.skipped) == 2
+    assert set(verdicts.skipped.values()) == {"ended with an error (Boom)"}
+    assert "project prod: more than 2 runs ended with an error; 2 are named" in caplog.text
 
 
 def test_write_verdicts_writes_each_verdict_once_known_so_a_kill_loses_none(

@@ -78,6 +78,21 @@ def verdict_runs(server: LangSmithTestServer) -> list[str]:
     ]
 
 
+def queued(server: LangSmithTestServer, monitor: JudgeMonitor) -> list[str]:
+    """The runs in the monitor's review queue, as the server stores them."""
+    return [i["run_id"] for i in server.queue_items.get(monitor.queue.queue_id, [])]
+
+
+def item_posts(server: LangSmithTestServer) -> list[str]:
+    """Each run in each queue-item request the server took (twice if sent twice)."""
+    return [
+        item["run_id"]
+        for r in server.requests_to("/platform/annotation-queues", "POST")
+        if r.path.endswith("/items") and r.status == 200
+        for item in r.json["items"]
+    ]
+
+
 def test_a_cycle_judges_new_runs_once_and_queues_the_least_sure(
     server: LangSmithTestServer, client: Client, judge: MemAlignJudge, model: ScriptedChatModel
 ) -> None:
@@ -268,6 +283,81 @@ def test_a_watch_killed_mid_cycle_resumes_without_judging_a_run_twice(
     assert sorted(verdict_runs(server)) == sorted(ids)
 
 
+@pytest.mark.parametrize(
+    ("cut", "scan"),
+    [("kill", 100), ("429", 100), ("kill", 2)],
+    ids=["kill", "429", "kill, restart with a smaller scan"],
+)
+def test_verdicts_written_by_a_cycle_cut_short_while_judging_still_go_to_review(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    no_backoff: None,
+    cut: str,
+    scan: int,
+) -> None:
+    from langchain_memalign.langsmith import monitor as monitor_module
+
+    ids = add_runs(server, [f"polite answer {i}" for i in range(5)])
+    real_write = monitor_module._write_verdict
+    written: list[str] = []
+
+    def write_then_stop(*args: Any) -> Any:
+        if len(written) == 2:
+            if cut == "kill":
+                raise KeyboardInterrupt  # the process is killed after two verdicts landed
+            server.inject_failure("/feedback", status=429, times=1000, method="POST")
+        verdict = real_write(*args)
+        written.append(verdict.run_id)
+        return verdict
+
+    # Every run judged qualifies for review (review_limit covers them all): the two whose
+    # verdicts landed before the cut must reach the queue too, though no later cycle
+    # judges them again.
+    monkeypatch.setattr(monitor_module, "_write_verdict", write_then_stop)
+    if cut == "kill":
+        with pytest.raises(KeyboardInterrupt):
+            JudgeMonitor(judge, client, project="prod", review_limit=5).run_once()
+    else:
+        assert JudgeMonitor(judge, client, project="prod", review_limit=5).run_once().rate_limited
+        server.clear_faults()
+    monkeypatch.setattr(monitor_module, "_write_verdict", real_write)
+    assert sorted(verdict_runs(server)) == sorted(written) and len(written) == 2
+    # (A restart that reads fewer runs a cycle reads the cut cycle's runs all the same.)
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=5, scan=scan)
+    resumed = monitor.run_once()
+    assert sorted(v.run_id for v in resumed.verdicts) == sorted(set(ids) - set(written))
+    assert resumed.already_judged == 2 and sorted(resumed.sent) == sorted(ids)
+    assert sorted(queued(server, monitor)) == sorted(ids)
+    while (later := monitor.run_once()).considered:  # the cursor reads them again: no more
+        assert later.verdicts == [] and later.sent == []
+    assert sorted(item_posts(server)) == sorted(ids) and sorted(verdict_runs(server)) == sorted(ids)
+
+
+def test_a_verdict_read_back_from_langsmith_is_the_verdict_written(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge
+) -> None:
+    from langchain_memalign.langsmith._verdicts import _written_verdict
+
+    # A review the judge learns, then a run just like it (whose verdict recalls it: sure)
+    # and another (recalling nothing: unsure).
+    (reviewed,) = add_runs(server, ["rude refunds"])
+    monitor = JudgeMonitor(judge, client, project="prod", trace=True)
+    monitor.run_once()
+    server.add_feedback(reviewed, KEY, score=0, comment="Rude indeed.",
+                        feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
+    monitor.queue.complete([reviewed])
+    assert len(monitor.run_once().pulled.added) == 1
+    add_runs(server, ["rude refunds", "polite hours"])
+    cycle = monitor.run_once()
+    assert len(cycle.verdicts) == 2 and None not in {v.judge_run_id for v in cycle.verdicts}
+    assert sorted(v.uncertainty for v in cycle.verdicts) == [0.0, 1.0]
+    listed = client.list_feedback(run_ids=[v.run_id for v in cycle.verdicts], feedback_key=[KEY])
+    read = {v.run_id: v for fb in listed if (v := _written_verdict(judge, fb)) is not None}
+    assert read == {v.run_id: v for v in cycle.verdicts}
+
+
 # -- production safety (issue 46) -------------------------------------------------------------
 
 
@@ -401,6 +491,69 @@ def test_a_lasting_rate_limit_on_any_call_of_a_cycle_ends_it_and_the_next_resume
     after = monitor.run_once()
     assert after.clean and set(ids) <= set(verdict_runs(server))
     assert len(judge.feedback_ids) == 1  # the review learned, once
+    # The run picked for review among the new ones is in the queue (when the send was
+    # refused: picked by the cycle cut short, sent by the next), and no run went twice.
+    assert len(set(queued(server, monitor)) & set(ids)) == 1
+    assert sorted(item_posts(server)) == sorted(set(item_posts(server)))
+
+
+def test_runs_picked_for_review_in_a_cycle_the_queue_refused_are_sent_by_the_next(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, no_backoff: None
+) -> None:
+    monitor = JudgeMonitor(judge, client, project="prod", review_limit=2)
+    monitor.queue.ensure()
+    ids = add_runs(server, ["polite a", "rude b"])
+    # The queue refuses every item for longer than the SDK retries: the verdicts are
+    # written and the cursor moves past the runs, but the two picked are not in the queue.
+    fault = server.inject_failure(
+        "/platform/annotation-queues", status=429, times=1000, method="POST"
+    )
+    cut = monitor.run_once()
+    assert fault.hits > 0 and cut.rate_limited and cut.sent == []
+    assert sorted(verdict_runs(server)) == sorted(ids) and queued(server, monitor) == []
+    server.clear_faults()
+    # The next cycle (a restart: the runs to send are kept with the cursor) sends them.
+    after = JudgeMonitor(judge, client, project="prod", review_limit=2).run_once()
+    assert after.clean and after.considered == 0 and sorted(after.sent) == sorted(ids)
+    assert sorted(queued(server, monitor)) == sorted(ids)
+    # Once each: the cycle after sends nothing again.
+    assert monitor.run_once().sent == []
+    assert sorted(item_posts(server)) == sorted(ids)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before the send", "after it"])
+def test_a_watch_killed_around_its_send_neither_loses_nor_repeats_a_run_for_review(
+    server: LangSmithTestServer,
+    client: Client,
+    judge: MemAlignJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    landed: bool,
+) -> None:
+    from langchain_memalign.langsmith._api import LangSmithAPI
+
+    ids = add_runs(server, ["polite a", "rude b"])
+    real_add = LangSmithAPI.add_to_queue
+
+    def add_then_die(self: LangSmithAPI, *args: Any) -> None:
+        # The process dies once the cycle has stored its cursor: before its items reach
+        # the queue, or once they have, before it could note that they did.
+        if landed:
+            real_add(self, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LangSmithAPI, "add_to_queue", add_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        JudgeMonitor(judge, client, project="prod", review_limit=2).run_once()
+    monkeypatch.setattr(LangSmithAPI, "add_to_queue", real_add)
+    assert sorted(verdict_runs(server)) == sorted(ids)
+    restarted = JudgeMonitor(judge, client, project="prod", review_limit=2)
+    after = restarted.run_once()
+    assert after.considered == 0  # the cursor had passed them: nothing judged again
+    # Sent by the restart if the kill came first; found in the queue (not sent again) if not.
+    assert sorted(after.sent) == ([] if landed else sorted(ids))
+    assert sorted(queued(server, restarted)) == sorted(ids)
+    assert restarted.run_once().sent == []
+    assert sorted(item_posts(server)) == sorted(ids)
 
 
 @pytest.mark.parametrize("server", [True, False], ids=["v2", "v1"], indirect=True)

@@ -327,7 +327,7 @@ def test_a_judging_send_leaves_out_running_errored_and_failed_runs(
     good = [run("polite hours"), run("rude refunds")]
     bad = run("garbled sizes")
     running = run("polite shipping", end_time=None, outputs=None)
-    run("polite returns", error="TimeoutError: upstream", outputs=None)
+    errored = run("polite returns", error="TimeoutError: upstream", outputs=None)
     queue = JudgeAnnotationQueue(judge, client)
     sent = queue.send(project="prod", select="all", write_verdicts=True)
     # The failed judgment is named and its run not sent; the others are, with verdicts.
@@ -336,11 +336,16 @@ def test_a_judging_send_leaves_out_running_errored_and_failed_runs(
     assert sorted(v.run_id for v in sent.verdicts) == sorted(good)
     verdict_runs = [f["run_id"] for f in server.feedback.values() if f["key"] == KEY]
     assert sorted(verdict_runs) == sorted(good)
-    # A running run waits for a later send; an errored one is never read.
-    assert list(sent.not_judged) == [running] and "still running" in sent.not_judged[running]
+    # A running run waits for a later send; an errored one is never judged. Both are named
+    # (the errored one though the project's query for runs to judge leaves it out).
+    assert list(sent.not_judged) == [running, errored]
+    assert "still running" in sent.not_judged[running]
+    assert sent.not_judged[errored] == "ended with an error (TimeoutError: upstream)"
+    assert errored not in queued(server, queue)
     model.responder.judge_rule = rule
     again = queue.send(project="prod", select="uncertain", write_verdicts=True)
-    assert again.run_ids == [bad] and again.failed == {} and list(again.not_judged) == [running]
+    assert again.run_ids == [bad] and again.failed == {}
+    assert list(again.not_judged) == [running, errored]
 
 
 def test_a_leads_own_final_is_learned_as_the_teams_and_multi_select_finals_are_read(
@@ -408,6 +413,32 @@ def test_send_scans_a_projects_latest_runs_whatever_order_the_run_query_lists(
         assert (again.considered, again.skipped, again.run_ids) == (0, 4, [])
         wider = queue.send(project="prod", scan=6, limit=1)
         assert wider.run_ids == newest[4:5] and wider.skipped == 4
+
+
+@pytest.mark.parametrize("order", RUN_ORDERS)
+def test_a_judging_send_names_the_errored_runs_it_leaves_out_of_its_scan(
+    order: str, judge: MemAlignJudge
+) -> None:
+    with ordered_server(order) as (server, client):
+        newest = server.add_timed_runs(6, step=dt.timedelta(seconds=1))[::-1]
+        project = next(iter(server.sessions.values()))["id"]
+
+        def errored(after: str) -> str:  # an errored run started just after `after`
+            at = dt.datetime.fromisoformat(server.runs[after]["start_time"].replace("Z", "+00:00"))
+            at += dt.timedelta(milliseconds=500)
+            run = server.add_run(session_id=project, inputs={"q": "x"}, error="Boom",
+                                 start_time=at.isoformat(), end_time=_now())  # fmt: skip
+            return str(run["id"])
+
+        # Among the 3 latest runs, and before them: the scan is of the 3 latest judgeable
+        # runs, and names the errored ones among them, not those before.
+        among = [errored(newest[0]), errored(newest[2])]
+        errored(newest[3])
+        queue = JudgeAnnotationQueue(judge, client)
+        sent = queue.send(project="prod", scan=3, select="uncertain", limit=3)
+        assert sorted(sent.run_ids) == sorted(newest[:3]) and sent.considered == 3
+        assert sent.not_judged == dict.fromkeys(among, "ended with an error (Boom)")
+        assert sorted(queued(server, queue)) == sorted(newest[:3])
 
 
 @pytest.mark.parametrize("order", ["oldest", "unordered", "newest"])
