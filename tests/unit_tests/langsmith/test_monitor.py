@@ -168,7 +168,13 @@ def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
     assert [(f["id"], f["run_id"], f["session_id"], f["score"]) for f in logged] == [
         (second.agreement_feedback_id, None, project["id"], 0.5)
     ]
-    assert logged[0]["value"] == {"agreed": 1, "reviews": 2}
+    assert logged[0]["value"] == {"agreed": 1, "reviews": 2, "previous": None}
+    # With the case to open: the run the judge got wrong, its verdict and the review.
+    (case,) = logged[0]["feedback_source"]["metadata"]["misaligned"]
+    assert (case["run_id"], case["judge"], case["expert"]) == (wrong, True, False)
+    assert case["url"].endswith(f"/projects/p/{project['id']}/r/{wrong}")
+    # Written once, by the watch on its project: its queue's pull wrote none of its own.
+    assert second.pulled.agreement_feedback_ids == {}
     # A cycle that learns nothing writes none.
     assert monitor.run_once().agreement_feedback_id is None
     assert len([f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]) == 1
