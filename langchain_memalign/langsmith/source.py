@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langsmith import Client
+from langsmith import schemas as ls_schemas
 from langsmith import utils as ls_utils
 
 from langchain_memalign.feedback import Feedback
@@ -153,7 +154,7 @@ class LangSmithFeedbackSource(_SourceReader):
         # The final answers a review team set on disputed runs (a queue fills this in).
         self.run_finals: dict[str, Any] = {}
         self._reconciled = False
-        self._project_id: str | None = None
+        self._session: ls_schemas.TracerSession | None = None
 
     @classmethod
     def for_judge(
@@ -372,13 +373,15 @@ class LangSmithFeedbackSource(_SourceReader):
         feedback on a queue: each project gets the agreement on its own runs, beside
         the judge's verdicts on them, where that project's team looks.
         """
-        scope = self._project_ids()
+        if not agreement:
+            return {}
+        session = self._project_session()
+        if session is not None:
+            return {str(session.id): write_agreement(self.api, judge, session, agreement)}
         groups: dict[str, list[ReviewAgreement]] = {}
         for a in agreement:
-            project = scope[0] if scope else a.project_id
-            if project is None:  # a run read without its project: no place to write
-                continue
-            groups.setdefault(project, []).append(a)
+            if a.project_id is not None:  # else a run read without its project: no place
+                groups.setdefault(a.project_id, []).append(a)
         return {p: write_agreement(self.api, judge, p, group) for p, group in groups.items()}
 
     def _earlier_verdicts(

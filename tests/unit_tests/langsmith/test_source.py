@@ -359,6 +359,22 @@ def test_the_agreement_record_can_be_turned_off(
     assert not server.requests_to("/feedback", "POST")
 
 
+def test_the_record_is_linked_from_the_projects_page_or_the_experiments_comparison(
+    server: LangSmithTestServer, client: Client
+) -> None:
+    from langchain_memalign.langsmith._agreement_log import session_url
+
+    project = client.read_project(project_name=server.add_project("prod")["name"])
+    host = f"http://localhost/o/{server.tenant_id}"
+    assert session_url(project) == f"{host}/projects/p/{project.id}"
+    dataset = client.create_dataset("qa")
+    made = client.create_project("qa-run-1", reference_dataset_id=dataset.id)
+    experiment = client.read_project(project_id=made.id)
+    assert session_url(experiment) == (
+        f"{host}/datasets/{dataset.id}/compare?selectedSessions={experiment.id}"
+    )
+
+
 def test_categorical_labels_and_invalid_values(
     server: LangSmithTestServer, client: Client, project: dict[str, Any], model: ScriptedChatModel
 ) -> None:
