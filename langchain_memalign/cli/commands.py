@@ -65,11 +65,16 @@ def cmd_create(ctx: Context) -> int:
     return EXIT_OK
 
 
-def _sync_langsmith(ctx: Context, judge: MemAlignJudge) -> SyncReport:
-    """Align the judge with new or changed human feedback in LangSmith (incremental)."""
+def _sync_langsmith(ctx: Context, judge: MemAlignJudge) -> tuple[SyncReport, str | None]:
+    """Align the judge with new or changed human feedback in LangSmith (incremental).
+
+    Also where the project or experiment opens in the LangSmith app, when the client
+    can say (for the agreement line).
+    """
     from langsmith import utils as ls_utils
 
     from langchain_memalign.langsmith import LangSmithFeedbackSource
+    from langchain_memalign.langsmith._agreement_log import session_url
 
     args = ctx.args
     require_api_key()
@@ -84,13 +89,14 @@ def _sync_langsmith(ctx: Context, judge: MemAlignJudge) -> SyncReport:
             experiment=args.langsmith_experiment,
             key=args.feedback_key,
             conflicts=args.conflicts,
+            log_agreement=args.log_agreement,
         )
         name = args.langsmith_project or args.langsmith_experiment
         try:  # a typo in the name is the user's to fix, not a failed sync
-            source.api.project(name)
+            session = source.api.project(name)
         except ls_utils.LangSmithNotFoundError as e:
             raise unknown_project(name) from e
-        return source.sync(judge)
+        return source.sync(judge), session_url(session)
     except MemAlignError:
         raise
     except CLIError:
@@ -161,12 +167,13 @@ def cmd_align(ctx: Context) -> int:
         elif args.files:
             echo("No feedback in the files.", file=sys.stderr)
         if from_langsmith:
-            sync = _sync_langsmith(ctx, judge)
+            sync, url = _sync_langsmith(ctx, judge)
             out["langsmith"] = sync
             if sync.align is not None:
                 failed, errors = failed + sync.align.failed, errors + sync.align.errors
             if not args.json:
                 _print_sync(sync, judge)
+                _print_agreement(sync, judge, url, logged=args.log_agreement)
         if args.json:
             echo(
                 json.dumps(
@@ -239,6 +246,35 @@ def _print_sync(sync: SyncReport, judge: MemAlignJudge) -> None:
         _print_checks(sync.align)
     for fid, reason in list(sync.skipped.items())[:5]:
         echo(f"  skipped {fid}: {reason}", file=sys.stderr)
+
+
+def _print_agreement(
+    sync: SyncReport, judge: MemAlignJudge, url: str | None, *, logged: bool
+) -> None:
+    """One line: how the judge did on the reviews before learning them, and where to see it."""
+    if not sync.agreement:
+        return  # no new review on a run with the judge's verdict: nothing was measured
+    from langchain_memalign.langsmith._agreement_log import agreement_key
+
+    agreed = sum(a.agrees for a in sync.agreement)
+    line = (
+        f"Agreement: the judge agreed with {agreed} of {len(sync.agreement)} review(s) "
+        "before learning them"
+    )
+    written = [fid for fid in sync.agreement_feedback_ids.values() if fid]
+    key = agreement_key(judge.config.name)
+    if not logged:
+        where = "kept in the judge's memory only (--no-log-agreement)"
+    elif written and url:  # the app's page of the project or experiment: its feedback
+        where = f"in LangSmith as feedback {key!r} on {url}"
+    elif written:  # no page the client can name: the record's id finds it
+        where = f"in LangSmith as feedback {written[0]} ({key!r})"
+    else:
+        where = (
+            "not written to LangSmith (refused: see the warning); kept in the judge's "
+            "memory (memalign show --curve)"
+        )
+    echo(f"{line}; {where}")  # no full stop: it would stick to the link
 
 
 def _judge_cases(

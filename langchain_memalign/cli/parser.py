@@ -321,6 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="reviews of one run that disagree: keep all (default), the majority "
         "label, or the latest label",
     )
+    ls.add_argument(
+        "--no-log-agreement",
+        dest="log_agreement",
+        action="store_false",
+        help="do not write the judge's agreement with the reviews it learned as feedback "
+        "on the project or experiment (default: written, key '<judge>_agreement')",
+    )
     p.add_argument(
         "--limit", type=_positive, metavar="N", help="align at most N items from the files"
     )

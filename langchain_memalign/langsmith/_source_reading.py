@@ -77,16 +77,21 @@ class _SourceReader:
     reconcile_every: int | None
     run_projects: dict[str, str]
     run_finals: dict[str, Any]
-    _project_id: str | None
+    _session: ls_schemas.TracerSession | None
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _project_ids(self) -> list[str] | None:
+    def _project_session(self) -> ls_schemas.TracerSession | None:
+        """The project or experiment read from (read once), or None for runs."""
         if self.project is None:
             return None
-        if self._project_id is None:
-            self._project_id = str(self.api.project(self.project).id)
-        return [self._project_id]
+        if self._session is None:
+            self._session = self.api.project(self.project)
+        return self._session
+
+    def _project_ids(self) -> list[str] | None:
+        session = self._project_session()
+        return None if session is None else [str(session.id)]
 
     def _scope_id(self) -> str:
         if self.sync_id:

@@ -3,7 +3,8 @@
 `FeedbackMapping` says which LangSmith fields become which parts of a
 `Feedback`; `ConflictPolicy`, `Vote` and `Conflict` describe how reviews of
 one run that disagree are resolved, and `_resolve_conflicts` applies a
-policy; `SyncReport` is what a sync did. `_Review` is one human review or
+policy; `SyncReport` is what a sync did, and `ReviewAgreement` a review it
+scored the judge's earlier verdict with. `_Review` is one human review or
 correction as read from LangSmith, before its run is fetched.
 """
 
@@ -111,6 +112,19 @@ class Conflict(BaseModel):
     kept: list[str] = Field(default_factory=list, description="Feedback ids kept.")
 
 
+class ReviewAgreement(BaseModel):
+    """A review, and the judge's verdict on the same run written before it learned from it."""
+
+    run_id: str
+    feedback_id: str
+    judge: Any
+    expert: Any
+    agrees: bool
+    project_id: str | None = Field(
+        default=None, description="The run's project (or experiment), where its agreement goes."
+    )
+
+
 class SyncReport(BaseModel):
     """What a sync read from LangSmith and changed in the judge's memory."""
 
@@ -132,7 +146,27 @@ class SyncReport(BaseModel):
     runs_fetched: int = 0
     align: AlignReport | None = None
     unalign: UnalignReport | None = None
+    agreement: list[ReviewAgreement] = Field(
+        default_factory=list,
+        description="Each review learned for the first time whose run carried the judge's "
+        "verdict, beside that verdict (read from LangSmith before learning the review).",
+    )
+    agreement_feedback_ids: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="The record of `agreement` written to LangSmith (feedback key "
+        "`<judge name>_agreement`), by the id of the project or experiment it is on: the "
+        "source's, or for runs (a queue's) each project they are in. None where LangSmith "
+        "refused it (a warning is logged; the judge's memory keeps the agreement). Empty "
+        "when there was nothing to record or `log_agreement` is off.",
+    )
     seconds: float = 0.0
+
+    @property
+    def accuracy(self) -> float | None:
+        """The share of `agreement` the judge had agreed with, if any review was scored."""
+        if not self.agreement:
+            return None
+        return sum(a.agrees for a in self.agreement) / len(self.agreement)
 
     @property
     def added(self) -> list[str]:

@@ -34,9 +34,11 @@ the model provider (an outage: not counted against the runs); the judge's own ca
 not traced unless asked for (`trace`).
 
 Alignment is visible in LangSmith: a cycle that learned reviews writes how often the judge
-had agreed with them before learning as project-level feedback on the watched project
-(key `<judge name>_agreement`, `agreement_key`), one record a cycle, so the project's
-feedback shows the judge's agreement over time beside the verdicts it wrote on the runs.
+had agreed with them before learning, and the reviews it had got wrong, as project-level
+feedback on the watched project (key `<judge name>_agreement`, `agreement_key`), one
+record a cycle, so the project's feedback shows the judge's agreement over time beside the
+verdicts it wrote on the runs. The record is the one every sync writes (`_agreement_log`);
+the cycle's pull writes none of its own.
 """
 
 from __future__ import annotations
@@ -60,11 +62,11 @@ from pydantic import BaseModel, Field
 
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith import _api_base
+from langchain_memalign.langsmith._agreement_log import agreement_key, write_agreement
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
 from langchain_memalign.langsmith._api_base import _time
 from langchain_memalign.langsmith._api_runs import RunPosition
-from langchain_memalign.langsmith._fields import distance
-from langchain_memalign.langsmith._source_types import SyncReport
+from langchain_memalign.langsmith._source_types import ReviewAgreement, SyncReport
 from langchain_memalign.langsmith._verdicts import (
     Verdict,
     _judgments,
@@ -94,22 +96,6 @@ PENDING_LIMIT = dt.timedelta(days=1)
 died before ending it): it is no longer read every cycle."""
 LEFT_COUNT = 1000
 """How many runs past those a cycle reads are counted for its report (`left`)."""
-_AGREEMENT_NS = uuid.UUID("5b0c5d52-4a53-4b0e-9d0e-7d1c3f2a6e41")
-
-
-def agreement_key(judge_name: str) -> str:
-    """The feedback key of a judge's agreement with the reviews it learned (`JudgeMonitor`)."""
-    return f"{judge_name}_agreement"
-
-
-class ReviewAgreement(BaseModel):
-    """A review, and the judge's verdict on the same run written before it learned from it."""
-
-    run_id: str
-    feedback_id: str
-    judge: Any
-    expert: Any
-    agrees: bool
 
 
 class MonitorCycle(BaseModel):
@@ -418,11 +404,16 @@ class JudgeMonitor:
         started = time.perf_counter()
         cycle = MonitorCycle()
         try:
-            cycle.pulled = self.queue.pull()
-            cycle.agreement = self._agreement(cycle.pulled)
+            # The cycle's record goes on the watched project (written here, by the code
+            # every sync writes its record with): the pull writes none of its own, which
+            # for a queue holding other projects' runs would go on those projects.
+            cycle.pulled = self.queue.pull(log_agreement=False)
+            cycle.agreement = cycle.pulled.agreement
             project = self.api.project(self.project)
             if cycle.agreement and self.log_agreement:
-                cycle.agreement_feedback_id = self._log_agreement(project, cycle.agreement)
+                cycle.agreement_feedback_id = write_agreement(
+                    self.api, self.judge, project, cycle.agreement
+                )
             self._judge_new(cycle, project)
         except ls_utils.LangSmithRateLimitError:
             cycle.rate_limited = True
@@ -453,72 +444,6 @@ class JudgeMonitor:
             time.sleep(max(0.0, pause - (0.0 if cycle.rate_limited else cycle.seconds)))
 
     # -- steps -----------------------------------------------------------------------------
-
-    def _agreement(self, pulled: SyncReport) -> list[ReviewAgreement]:
-        """Each newly learned review beside the verdict the judge had written on its run.
-
-        The pull recorded them in the judge's agreement series before learning the
-        reviews (`LangSmithFeedbackSource`): read back from the memory, no call.
-        """
-        learned = [*pulled.added, *pulled.updated]
-        if not learned:
-            return []
-        points = self.judge.memory.store.prequential(learned)
-        stored = self.judge.memory.feedback([p["feedback_id"] for p in points if p["feedback_id"]])
-        scale = self.judge.scale
-        out: list[ReviewAgreement] = []
-        for p in points:
-            item = stored.get(p["feedback_id"] or "")
-            if item is None or p["source"] != "langsmith":
-                continue
-            run_id = ((item.metadata or {}).get("langsmith") or {}).get("run_id")
-            if run_id:
-                out.append(
-                    ReviewAgreement(
-                        run_id=str(run_id),
-                        feedback_id=item.id,
-                        judge=p["judge"],
-                        expert=p["expert"],
-                        agrees=distance(scale, p["judge"], p["expert"]) == 0,
-                    )
-                )
-        return out
-
-    def _log_agreement(
-        self, project: ls_schemas.TracerSession, agreement: Sequence[ReviewAgreement]
-    ) -> str | None:
-        """Write the cycle's agreement as project-level feedback; its id, or None if refused.
-
-        Its id is derived from the reviews it scores, so a cycle run again after a crash
-        finds its record instead of writing a second one. Best effort: a refusal is
-        logged and the cycle goes on (the agreement is kept in the judge's memory).
-        """
-        name = self.judge.config.name
-        fid = str(uuid.uuid5(_AGREEMENT_NS, name + ":" + ",".join(
-            sorted(a.feedback_id for a in agreement))))  # fmt: skip
-        agreed = sum(a.agrees for a in agreement)
-        try:
-            self.client.create_feedback(
-                None,
-                agreement_key(name),
-                score=agreed / len(agreement),
-                value={"agreed": agreed, "reviews": len(agreement)},
-                comment=f"The judge agreed with {agreed} of {len(agreement)} review(s) "
-                "before learning them.",
-                feedback_source_type="model",
-                source_info={
-                    "memalign_judge": name,
-                    "reviews": [a.model_dump(mode="json") for a in agreement[:100]],
-                },
-                feedback_id=fid,
-                project_id=project.id,
-            )
-        except ls_utils.LangSmithConflictError:  # written by this cycle's earlier attempt
-            return fid
-        except ls_utils.LangSmithError as e:
-            logger.warning("the judge's agreement could not be written to LangSmith: %s", e)
-            return None
-        return fid
 
     def _judge_new(self, cycle: MonitorCycle, project: ls_schemas.TracerSession) -> None:
         self.queue.ensure()  # the key's feedback config on the judge's scale, or an error

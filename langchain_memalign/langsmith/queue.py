@@ -122,6 +122,9 @@ class JudgeAnnotationQueue:
         instructions: Rubric instructions for reviewers (default: the judge's scale).
         mapping: How feedback and runs map to `Feedback` (see `FeedbackMapping`).
         conflicts: How disagreeing reviews of one run resolve.
+        log_agreement: Write each pull's agreement with the reviews it learned as
+            feedback on the project of the reviewed runs, one record per project
+            (`SyncReport.agreement_feedback_ids`); on by default.
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class JudgeAnnotationQueue:
         instructions: str | None = None,
         mapping: FeedbackMapping | None = None,
         conflicts: ConflictPolicy = "keep_all",
+        log_agreement: bool = True,
     ) -> None:
         self.judge = judge
         self.client = client or Client()
@@ -146,6 +150,7 @@ class JudgeAnnotationQueue:
         self.instructions = instructions
         self.mapping = mapping or FeedbackMapping()
         self.conflicts: ConflictPolicy = conflicts
+        self.log_agreement = log_agreement
         self._queue_id = None if queue_id is None else str(queue_id)
         self._ensure_lock = threading.Lock()  # two first cycles must not create two queues
         self._source: LangSmithFeedbackSource | None = None
@@ -413,6 +418,7 @@ class JudgeAnnotationQueue:
                 conflicts=self.conflicts,
                 sync_id=f"queue:{queue_id}",
                 run_projects=projects,
+                log_agreement=self.log_agreement,
             )
         else:  # the same source across pulls: only its first sync lists everything
             self._source.run_ids = list(projects)
@@ -438,23 +444,26 @@ class JudgeAnnotationQueue:
             return UNRESOLVED if label is MISSING else label
         return UNRESOLVED if getattr(found, "state", None) == "disagreed" else MISSING
 
-    def pull(self) -> SyncReport:
+    def pull(self, *, log_agreement: bool | None = None) -> SyncReport:
         """Align the judge on the reviews of archived queue items (incrementally).
 
         An item is archived once the queue's review requirements are met; reviews of
         items still waiting for other reviewers are read once their item is archived.
+        `log_agreement` overrides the queue's for this pull (a `JudgeMonitor` writes
+        its cycle's agreement itself, on the project it watches).
         """
         before = self._source.run_finals if self._source is not None else {}
         source = self.source()
+        source.log_agreement = self.log_agreement if log_agreement is None else log_agreement
         if not source.run_ids:
             return SyncReport()
         # A final answer set (or a dispute opened) changes no feedback record, so an
         # incremental sync would not look at the run again: this pull reads all.
         return source.sync(self.judge, full=True if source.run_finals != before else None)
 
-    async def apull(self) -> SyncReport:
+    async def apull(self, *, log_agreement: bool | None = None) -> SyncReport:
         """Async twin of `pull`."""
-        return await asyncio.to_thread(self.pull)
+        return await asyncio.to_thread(self.pull, log_agreement=log_agreement)
 
     def complete(self, runs: Sequence[RunRef]) -> CompletedItems:
         """Record this caller's "Done" on queued runs, as a reviewer does in the UI.

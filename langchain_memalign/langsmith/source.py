@@ -11,6 +11,10 @@ report = source.sync(judge)        # incremental: only new or modified feedback
 judge.align(LangSmithFeedbackSource(client, project="support-bot", key="helpfulness"))
 ```
 
+Each sync also scores the judge on the new reviews (its verdict on each run, written
+before it learned the review) and, unless `log_agreement=False`, writes that agreement
+back to LangSmith as feedback on the project (`_agreement_log`).
+
 This module holds `LangSmithFeedbackSource` and its sync; the types it
 reports and is configured with live in `_source_types` and the reading of
 reviews in `_source_reading`, and are importable from here.
@@ -25,11 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langsmith import Client
+from langsmith import schemas as ls_schemas
 from langsmith import utils as ls_utils
 
 from langchain_memalign.feedback import Feedback
 from langchain_memalign.judge import MemAlignJudge
 from langchain_memalign.langsmith import _api_base
+from langchain_memalign.langsmith._agreement_log import review_agreements, write_agreement
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRef, as_uuid_str, run_id_of
 from langchain_memalign.langsmith._source_reading import _keep_verdict, _SourceReader
 from langchain_memalign.langsmith._source_types import (
@@ -37,6 +43,7 @@ from langchain_memalign.langsmith._source_types import (
     Conflict,
     ConflictPolicy,
     FeedbackMapping,
+    ReviewAgreement,
     SyncReport,
     Vote,
     _resolve_conflicts,
@@ -91,6 +98,11 @@ class LangSmithFeedbackSource(_SourceReader):
             only `sync(full=True)` does).
         run_projects: The project of each of `runs` (a queue's items carry it): with
             them, syncs over runs read only what changed, as on a project.
+        log_agreement: Write each sync's agreement with the reviews it scored (the
+            judge's verdict on each run beside its new review, before learning it) as
+            project-level feedback, key `<judge name>_agreement`: on the project or
+            experiment, or for `runs` on each project they are in
+            (`SyncReport.agreement_feedback_ids`); on by default.
     """
 
     def __init__(
@@ -111,6 +123,7 @@ class LangSmithFeedbackSource(_SourceReader):
         sync_id: str | None = None,
         reconcile_every: int | None = 10,
         run_projects: Mapping[str, str] | None = None,
+        log_agreement: bool = True,
     ) -> None:
         if sum(x is not None for x in (project, experiment, runs)) != 1:
             raise ValueError("give exactly one of project, experiment or runs")
@@ -137,10 +150,11 @@ class LangSmithFeedbackSource(_SourceReader):
         self.run_projects = {
             str(r): str(p) for r, p in (run_projects or {}).items() if as_uuid_str(p)
         }
+        self.log_agreement = log_agreement
         # The final answers a review team set on disputed runs (a queue fills this in).
         self.run_finals: dict[str, Any] = {}
         self._reconciled = False
-        self._project_id: str | None = None
+        self._session: ls_schemas.TracerSession | None = None
 
     @classmethod
     def for_judge(
@@ -178,6 +192,13 @@ class LangSmithFeedbackSource(_SourceReader):
         `reconcile_every`-th sync, a sync with `full=True`, one whose policy or
         mapping changed, and every sync where runs are read through v1 (no listing
         there bounds modification times).
+
+        Each new review on a run that carries the judge's verdict scores the judge: the
+        verdict goes into the judge's agreement series beside the review before it is
+        learned (`MemAlignJudge.agreement_history`), and into the report's `agreement`.
+        With `log_agreement` (the default) the sync then writes them to LangSmith as one
+        feedback record per project (`agreement_feedback_ids`), best effort: a record
+        LangSmith refuses is logged and reported as missing, and the align stands.
         """
         for attempt in range(_api_base.RATE_LIMIT_RETRIES + 1):
             try:
@@ -319,7 +340,10 @@ class LangSmithFeedbackSource(_SourceReader):
 
         merged = AlignReport.merge(reports) if reports else None
         failed = set(merged.failed if merged else [])
-        return SyncReport(
+        # Outside the state's transaction, after it is saved: the record never holds back,
+        # nor undoes, the align.
+        agreement = review_agreements(judge, merged.agreement_recorded) if merged else []
+        report = SyncReport(
             listed=sum(r.kind != "final" for r in reviews),
             aligned=[
                 fb
@@ -333,8 +357,32 @@ class LangSmithFeedbackSource(_SourceReader):
             runs_fetched=runs_fetched,
             align=merged,
             unalign=unalign_report,
-            seconds=time.perf_counter() - started,
+            agreement=agreement,
         )
+        if self.log_agreement:
+            report.agreement_feedback_ids = self._write_agreement(judge, agreement)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _write_agreement(
+        self, judge: MemAlignJudge, agreement: list[ReviewAgreement]
+    ) -> dict[str, str | None]:
+        """The sync's agreement record on its project, or one on each project of its runs.
+
+        A source over runs (a queue's) has no project of its own, and LangSmith has no
+        feedback on a queue: each project gets the agreement on its own runs, beside
+        the judge's verdicts on them, where that project's team looks.
+        """
+        if not agreement:
+            return {}
+        session = self._project_session()
+        if session is not None:
+            return {str(session.id): write_agreement(self.api, judge, session, agreement)}
+        groups: dict[str, list[ReviewAgreement]] = {}
+        for a in agreement:
+            if a.project_id is not None:  # else a run read without its project: no place
+                groups.setdefault(a.project_id, []).append(a)
+        return {p: write_agreement(self.api, judge, p, group) for p, group in groups.items()}
 
     def _earlier_verdicts(
         self,

@@ -418,6 +418,63 @@ def test_align_syncs_human_feedback_from_a_langsmith_project(env: Env, langsmith
     assert memory_summary(env.tmp / "mem")["counts"]["feedback"] == 0
 
 
+@pytest.mark.filterwarnings(
+    "ignore::langsmith._internal._beta_decorator.LangSmithDeprecationWarning",
+    "ignore::langsmith._internal._beta_decorator.LangSmithBetaWarning",
+)
+def test_align_from_langsmith_writes_the_agreement_and_says_where(env: Env, langsmith: Any) -> None:
+    from langsmith import Client
+
+    client = Client(api_url=langsmith.url, api_key="test", auto_batch_tracing=False)
+    project = client.create_project("support-bot")
+
+    def reviewed_run(question: str, answer: str) -> None:
+        """A run with the judge's verdict (pass) and a reviewer's fail on it."""
+        run_id = uuid.uuid4()
+        client.create_run("agent", {"question": question}, "chain", id=run_id,
+                          project_name="support-bot", outputs={"answer": answer})  # fmt: skip
+        client.create_feedback(run_id, "helpfulness", score=1, feedback_source_type="model",
+                               session_id=project.id)  # fmt: skip
+        client.create_feedback(run_id, "helpfulness", score=0, comment="Cold.",
+                               session_id=project.id)  # fmt: skip
+
+    def records() -> list[dict[str, Any]]:
+        return [f for f in langsmith.feedback.values() if f["key"] == "helpfulness_agreement"]
+
+    reviewed_run("The sweater looks different. I'm disappointed.", "Colors vary by monitor.")
+    env.created()
+    code, out, err = env.run("align", "--langsmith-project", "support-bot")
+    assert code == EXIT_OK, err
+    (record,) = records()
+    url = f"http://localhost/o/{langsmith.tenant_id}/projects/p/{project.id}"
+    line = next(x for x in out.splitlines() if x.startswith("Agreement"))
+    assert "the judge agreed with 0 of 1 review(s) before learning them" in line
+    assert url in line and "'helpfulness_agreement'" in line
+    # --json carries the record's id.
+    reviewed_run("My order is late and I'm frustrated.", "Orders take time.")
+    code, out, err = env.run("align", "--langsmith-project", "support-bot", "--json")
+    assert code == EXIT_OK, err
+    ids = json.loads(out)["langsmith"]["agreement_feedback_ids"]
+    assert len(records()) == 2 and list(ids.values()) == [
+        r["id"] for r in records() if r["id"] != record["id"]
+    ]
+    # Refused: the align stands, and the line says the record is missing.
+    reviewed_run("Where is my refund?", "Whenever.")
+    langsmith.inject_failure("/feedback", status=403, method="POST")
+    code, out, err = env.run("align", "--langsmith-project", "support-bot")
+    assert code == EXIT_OK, err
+    assert "1 added" in out and len(records()) == 2
+    line = next(x for x in out.splitlines() if x.startswith("Agreement"))
+    assert "not written to LangSmith" in line
+    # Turned off: nothing written, and the line says so.
+    reviewed_run("Can I pay by card?", "Read the FAQ.")
+    code, out, err = env.run("align", "--langsmith-project", "support-bot", "--no-log-agreement")
+    assert code == EXIT_OK, err
+    assert "1 added" in out and len(records()) == 2
+    line = next(x for x in out.splitlines() if x.startswith("Agreement"))
+    assert "--no-log-agreement" in line
+
+
 def test_align_from_an_unknown_langsmith_project(env: Env, langsmith: Any) -> None:
     env.created()
     code, _, err = env.run("align", "--langsmith-project", "nope")

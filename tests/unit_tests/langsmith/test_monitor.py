@@ -155,8 +155,8 @@ def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
     client.update_feedback(
         by_run[wrong].feedback_id, correction={"score": 0, "explanation": "Wrong hours."}
     )
-    server.add_feedback(right, KEY, score=0, comment="Rude indeed.",
-                        feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
+    review = server.add_feedback(right, KEY, score=0, comment="Rude indeed.",
+                                 feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
     monitor.queue.complete([wrong, right])
 
     roles: list[str] = model.responder.roles
@@ -183,9 +183,22 @@ def test_reviews_are_scored_against_the_earlier_verdict_then_learned(
     assert [(f["id"], f["run_id"], f["session_id"], f["score"]) for f in logged] == [
         (second.agreement_feedback_id, None, project["id"], 0.5)
     ]
-    assert logged[0]["value"] == {"agreed": 1, "reviews": 2}
+    assert logged[0]["value"] == {"agreed": 1, "reviews": 2, "previous": None}
+    # With the case to open: the run the judge got wrong, its verdict and the review.
+    (case,) = logged[0]["feedback_source"]["metadata"]["misaligned"]
+    assert (case["run_id"], case["judge"], case["expert"]) == (wrong, True, False)
+    assert case["url"].endswith(f"/projects/p/{project['id']}/r/{wrong}")
+    # Written once, by the watch on its project: its queue's pull wrote none of its own.
+    assert second.pulled.agreement_feedback_ids == {}
     # A cycle that learns nothing writes none.
     assert monitor.run_once().agreement_feedback_id is None
+    assert len([f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]) == 1
+    # Nor does one that learns an edited review again: it scored the judge once, before
+    # the judge first learned it (its score is not counted a second time).
+    client.update_feedback(review["id"], comment="Rude: it blames the customer.")
+    edited = monitor.run_once()
+    assert edited.pulled.updated == [f"langsmith:{review['id']}"]
+    assert edited.agreement == [] and edited.agreement_feedback_id is None
     assert len([f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]) == 1
 
 

@@ -222,6 +222,59 @@ def test_cycle_pulls_completed_reviews_aligns_and_sends_more(
     assert len(queue.pull().added) == 1
 
 
+def agreement_records(server: LangSmithTestServer) -> list[dict[str, Any]]:
+    return [f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]
+
+
+def test_a_pull_writes_the_agreement_on_each_project_it_learned_reviews_of(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    staging = server.add_project("staging")
+    other = server.add_run(
+        session_id=staging["id"], inputs={"q": "q9"}, outputs={"a": "polite reply"}, end_time=_now()
+    )
+    queue = JudgeAnnotationQueue(judge, client)
+    sent = queue.send([runs[0]["id"], runs[1]["id"], other["id"]], write_verdicts=True)
+    by_run = {v.run_id: v for v in sent.verdicts}
+    assert [by_run[r].score for r in (runs[0]["id"], runs[1]["id"], other["id"])] == [
+        True, False, True,
+    ]  # fmt: skip
+    # On "prod" a reviewer corrects one verdict and confirms the other; on "staging" one
+    # confirms the judge's.
+    client.update_feedback(by_run[runs[0]["id"]].feedback_id, correction={"score": 0})
+    for run_id, score in ((runs[1]["id"], 0), (other["id"], 1)):
+        server.add_feedback(run_id, KEY, score=score,
+                            feedback_source={"type": "app", "user_name": "bob"})  # fmt: skip
+    queue.complete([runs[0]["id"], runs[1]["id"], other["id"]])
+    pulled = queue.pull()
+    assert len(pulled.added) == 3
+
+    # A queue is no LangSmith project: each record goes to the project of the runs it scores.
+    records = {f["session_id"]: f for f in agreement_records(server)}
+    prod = next(p["id"] for p in server.sessions.values() if p["name"] == "prod")
+    assert pulled.agreement_feedback_ids == {p: r["id"] for p, r in records.items()}
+    assert set(records) == {prod, staging["id"]}
+    scored = [records[prod], records[staging["id"]]]
+    assert [(r["score"], r["value"]["reviews"]) for r in scored] == [(0.5, 2), (1.0, 1)]
+    (case,) = records[prod]["feedback_source"]["metadata"]["misaligned"]
+    assert (case["run_id"], case["judge"], case["expert"]) == (runs[0]["id"], True, False)
+    assert records[staging["id"]]["feedback_source"]["metadata"]["misaligned"] == []
+    # Nothing new: no record.
+    assert queue.pull().agreement_feedback_ids == {} and len(agreement_records(server)) == 2
+
+
+def test_a_queue_can_keep_its_agreement_off_langsmith(
+    server: LangSmithTestServer, client: Client, judge: MemAlignJudge, runs: list[dict[str, Any]]
+) -> None:
+    queue = JudgeAnnotationQueue(judge, client, log_agreement=False)
+    (verdict,) = queue.send([runs[0]["id"]], write_verdicts=True).verdicts
+    client.update_feedback(verdict.feedback_id, correction={"score": 0})
+    queue.complete([runs[0]["id"]])
+    pulled = queue.pull()
+    assert [a.agrees for a in pulled.agreement] == [False]
+    assert pulled.agreement_feedback_ids == {} and not agreement_records(server)
+
+
 def test_older_servers_use_the_older_queue_api(judge: MemAlignJudge) -> None:
     with LangSmithTestServer(version="0.16.0") as server:
         client = Client(api_url=server.url, api_key="test", auto_batch_tracing=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import uuid
 import warnings
@@ -240,6 +241,138 @@ def test_a_sync_records_the_judges_verdict_on_the_run_before_learning(
         [(fid(reviews[0]), True, False, "langsmith"), (fid(reviews[1]), True, False, "langsmith")]
     )
     assert report.align is not None and len(report.align.agreement_recorded) == 2
+
+
+def agreement_records(server: LangSmithTestServer) -> list[dict[str, Any]]:
+    """The judge's agreement records the server stored (project-level feedback)."""
+    return [f for f in server.feedback.values() if f["key"] == f"{KEY}_agreement"]
+
+
+@pytest.mark.parametrize("scope", ["project", "experiment"])
+def test_a_sync_writes_its_agreement_before_learning_to_the_project(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+    scope: str,
+) -> None:
+    runs = [add_run(server, project, i) for i in range(4)]
+    verdict = {"type": "model"}
+    server.add_feedback(runs[0]["id"], KEY, score=1, feedback_source=verdict)
+    server.add_feedback(runs[1]["id"], KEY, score=0, feedback_source=verdict)
+    wrong = human(server, runs[0], 0, "ann")  # the judge had said True
+    human(server, runs[1], 0, "bob")  # the judge had said False too
+    human(server, runs[2], 1, "cy")  # no verdict on the run: no test of the judge
+    source = LangSmithFeedbackSource(client, **{scope: "prod"})
+    first = source.sync(judge)
+
+    # One project-level record on the project (an experiment is a project too).
+    (record,) = agreement_records(server)
+    assert first.agreement_feedback_ids == {project["id"]: record["id"]}
+    assert (record["run_id"], record["session_id"], record["score"]) == (None, project["id"], 0.5)
+    assert record["value"] == {"agreed": 1, "reviews": 2, "previous": None}
+    assert record["feedback_source"]["type"] == "model"
+    assert sorted((a.run_id, a.agrees) for a in first.agreement) == sorted(
+        [(runs[0]["id"], False), (runs[1]["id"], True)]
+    )
+    # The misaligned case, to open: its run (with a link), the judge's verdict, the review.
+    (case,) = record["feedback_source"]["metadata"]["misaligned"]
+    assert (case["run_id"], case["feedback_id"], case["judge"], case["expert"]) == (
+        runs[0]["id"], fid(wrong), True, False,
+    )  # fmt: skip
+    assert case["url"].endswith(f"/projects/p/{project['id']}/r/{runs[0]['id']}")
+
+    # Nothing new: no record. A new review: a record of its own, beside the earlier level.
+    assert source.sync(judge).agreement_feedback_ids == {}
+    server.add_feedback(runs[3]["id"], KEY, score=1, feedback_source=verdict)
+    human(server, runs[3], 1, "dee")
+    second = source.sync(judge)
+    records = {r["id"]: r for r in agreement_records(server)}
+    assert len(records) == 2 and set(second.agreement_feedback_ids) == {project["id"]}
+    latest = records[second.agreement_feedback_ids[project["id"]]]
+    assert latest["score"] == 1.0
+    assert latest["value"] == {"agreed": 1, "reviews": 1, "previous": {"agreed": 1, "reviews": 2}}
+    assert latest["feedback_source"]["metadata"]["misaligned"] == []
+
+
+def test_a_second_sync_of_the_same_reviews_writes_no_second_record(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+) -> None:
+    run = add_run(server, project, 0)
+    server.add_feedback(run["id"], KEY, score=1, feedback_source={"type": "model"})
+    human(server, run, 0, "ann")
+    first = LangSmithFeedbackSource(client, project="prod").sync(judge)
+    # The same reviews learned again from scratch (a replica, a memory restored from a
+    # backup): the record's id comes from them, so the write finds the first one.
+    twin = MemAlignJudge(
+        KEY, "Is it helpful?\n{inputs}\n{outputs}", model, HashEmbeddings(), scale=bool, k=3
+    )
+    again = LangSmithFeedbackSource(client, project="prod").sync(twin)
+    (record,) = agreement_records(server)
+    assert (
+        first.agreement_feedback_ids
+        == again.agreement_feedback_ids
+        == {project["id"]: record["id"]}
+    )
+
+
+def test_a_refused_agreement_record_leaves_the_align_committed(
+    server: LangSmithTestServer,
+    client: Client,
+    project: dict[str, Any],
+    judge: MemAlignJudge,
+    model: ScriptedChatModel,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = add_run(server, project, 0)
+    server.add_feedback(run["id"], KEY, score=1, feedback_source={"type": "model"})
+    review = human(server, run, 0, "ann")
+    server.inject_failure("/feedback", status=403, method="POST")  # the only write: the record
+    source = LangSmithFeedbackSource(client, project="prod")
+    with caplog.at_level(logging.WARNING):
+        report = source.sync(judge)
+    assert report.aligned == [fid(review)] and judge.feedback_ids == [fid(review)]
+    assert [a.agrees for a in report.agreement] == [False]
+    assert report.agreement_feedback_ids == {project["id"]: None}  # the record is missing
+    assert not agreement_records(server) and "agreement could not be written" in caplog.text
+    assert server.requests_to("/feedback", "POST")[-1].injected
+    # The align stays: the memory's series holds the point, the next sync learns nothing.
+    assert [p.agrees for p in judge.agreement_history().points] == [False]
+    calls = len(model.calls)
+    assert source.sync(judge).aligned == [] and len(model.calls) == calls
+
+
+def test_the_agreement_record_can_be_turned_off(
+    server: LangSmithTestServer, client: Client, project: dict[str, Any], judge: MemAlignJudge
+) -> None:
+    run = add_run(server, project, 0)
+    server.add_feedback(run["id"], KEY, score=1, feedback_source={"type": "model"})
+    human(server, run, 0, "ann")
+    report = LangSmithFeedbackSource(client, project="prod", log_agreement=False).sync(judge)
+    assert [a.agrees for a in report.agreement] == [False]
+    assert report.agreement_feedback_ids == {} and not agreement_records(server)
+    assert not server.requests_to("/feedback", "POST")
+
+
+def test_the_record_is_linked_from_the_projects_page_or_the_experiments_comparison(
+    server: LangSmithTestServer, client: Client
+) -> None:
+    from langchain_memalign.langsmith._agreement_log import session_url
+
+    project = client.read_project(project_name=server.add_project("prod")["name"])
+    host = f"http://localhost/o/{server.tenant_id}"
+    assert session_url(project) == f"{host}/projects/p/{project.id}"
+    dataset = client.create_dataset("qa")
+    made = client.create_project("qa-run-1", reference_dataset_id=dataset.id)
+    experiment = client.read_project(project_id=made.id)
+    assert session_url(experiment) == (
+        f"{host}/datasets/{dataset.id}/compare?selectedSessions={experiment.id}"
+    )
 
 
 def test_categorical_labels_and_invalid_values(
