@@ -418,17 +418,12 @@ class RunsAPI(APIBase):
         runs: Sequence[RunRef] | None,
         project: str | uuid.UUID | None,
         limit: int | None = None,
-        *,
-        with_errors: bool = True,
     ) -> list[RunRecord]:
-        """The runs given (read when only their ids are), or a project's latest root runs.
-
-        `with_errors=False` leaves a project's errored runs out (given runs are kept).
-        """
+        """The runs given (read when only their ids are), or a project's latest root runs."""
         if (runs is None) == (project is None):
             raise ValueError("give exactly one of runs or project")
         if project is not None:
-            return self.project_runs(self.project(project), limit=limit, with_errors=with_errors)
+            return self.project_runs(self.project(project), limit=limit)
         assert runs is not None
         ready = {r.id: r for r in runs if isinstance(r, RunRecord)}
         hints: dict[str, tuple[str | None, dt.datetime | None]] = {}

@@ -125,6 +125,13 @@ class ReviewAgreement(BaseModel):
     )
 
 
+def share_agreed(agreement: Sequence[ReviewAgreement]) -> float | None:
+    """The share of `agreement` the judge had agreed with; None if no review was scored."""
+    if not agreement:
+        return None
+    return sum(a.agrees for a in agreement) / len(agreement)
+
+
 class SyncReport(BaseModel):
     """What a sync read from LangSmith and changed in the judge's memory."""
 
@@ -164,9 +171,7 @@ class SyncReport(BaseModel):
     @property
     def accuracy(self) -> float | None:
         """The share of `agreement` the judge had agreed with, if any review was scored."""
-        if not self.agreement:
-            return None
-        return sum(a.agrees for a in self.agreement) / len(self.agreement)
+        return share_agreed(self.agreement)
 
     @property
     def added(self) -> list[str]:

@@ -66,7 +66,7 @@ from langchain_memalign.langsmith._agreement_log import agreement_key, write_agr
 from langchain_memalign.langsmith._api import LangSmithAPI, RunRecord
 from langchain_memalign.langsmith._api_base import _time
 from langchain_memalign.langsmith._api_runs import RunPosition
-from langchain_memalign.langsmith._source_types import ReviewAgreement, SyncReport
+from langchain_memalign.langsmith._source_types import ReviewAgreement, SyncReport, share_agreed
 from langchain_memalign.langsmith._verdicts import (
     Verdict,
     _judgments,
@@ -173,9 +173,7 @@ class MonitorCycle(BaseModel):
     @property
     def accuracy(self) -> float | None:
         """The share of new reviews the judge had agreed with, if any arrived."""
-        if not self.agreement:
-            return None
-        return sum(a.agrees for a in self.agreement) / len(self.agreement)
+        return share_agreed(self.agreement)
 
     def summary(self) -> str:
         """One line: reviews learned (with prior agreement), runs judged, runs sent."""

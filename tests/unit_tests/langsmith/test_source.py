@@ -272,6 +272,7 @@ def test_a_sync_writes_its_agreement_before_learning_to_the_project(
     assert first.agreement_feedback_ids == {project["id"]: record["id"]}
     assert (record["run_id"], record["session_id"], record["score"]) == (None, project["id"], 0.5)
     assert record["value"] == {"agreed": 1, "reviews": 2, "previous": None}
+    assert first.accuracy == 0.5
     assert record["feedback_source"]["type"] == "model"
     assert sorted((a.run_id, a.agrees) for a in first.agreement) == sorted(
         [(runs[0]["id"], False), (runs[1]["id"], True)]
