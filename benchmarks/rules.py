@@ -79,7 +79,7 @@ from side_by_side import (
 )
 
 import langchain_memalign
-from langchain_memalign import Feedback, MemAlignJudge, Scale
+from langchain_memalign import AlignReport, Feedback, MemAlignJudge, Scale
 from langchain_memalign import _ablation as ablation_hook
 from langchain_memalign.evaluation.usage import UsageCallbackHandler, with_callback
 from langchain_memalign.memory.rulebook import load_rulebook
@@ -301,11 +301,7 @@ class Bench:
                 log(f"  {d.name}: +{len(new)} items ({len(done)} in all), {u.llm_calls} calls, "
                     f"{len(judge.guidelines)} guidelines")  # fmt: skip
                 align = {
-                    **{k: round(v, 1) for k, v in spent.items()},
-                    "failed": rep.failed, "errors": rep.errors,
-                    "guidelines": [{"id": g.id, "text": g.text, "source_ids": list(g.source_ids)}
-                                   for g in judge.guidelines],
-                    "checks": [c.model_dump() for c in rep.checks],
+                    **{k: round(v, 1) for k, v in spent.items()}, **learned(judge, rep),
                     "step": [fb.id for fb in new], "trained_on": [fb.id for fb in done],
                 }  # fmt: skip
                 # Seen cases are all of the domain's training items: judged once all are.
@@ -412,13 +408,7 @@ class Bench:
             align = {
                 "seconds": round(seconds, 1), "llm_calls": u.llm_calls,
                 "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-                "embedding_calls": rep.usage.embedding_calls, "failed": rep.failed,
-                "errors": rep.errors,
-                "guidelines": [{"id": g.id, "text": g.text, "source_ids": list(g.source_ids)}
-                               for g in judge.guidelines],
-                "rejected": [r.model_dump() for r in rep.guidelines_rejected],
-                "validation": [c.model_dump() for c in rep.validation],
-                "checks": [c.model_dump() for c in rep.checks],
+                "embedding_calls": rep.usage.embedding_calls, **learned(judge, rep),
                 "trained_on": [fb.id for fb in feedback],
             }  # fmt: skip
             log(
@@ -499,6 +489,18 @@ class Bench:
 
 # The check-report actions of a rule that keeps a check (`CheckReport.action`).
 KEPT = ("written", "rephrased", "covered", "tested")
+
+
+def learned(judge: MemAlignJudge, rep: AlignReport) -> dict[str, Any]:
+    """What an align left in the judge's memory and reported, for a result file."""
+    return {
+        "failed": rep.failed, "errors": rep.errors,
+        "guidelines": [{"id": g.id, "text": g.text, "source_ids": list(g.source_ids)}
+                       for g in judge.guidelines],
+        "rejected": [r.model_dump() for r in rep.guidelines_rejected],
+        "validation": [c.model_dump() for c in rep.validation],
+        "checks": [c.model_dump() for c in rep.checks],
+    }  # fmt: skip
 
 
 def relearn_checks(judge: MemAlignJudge) -> dict[str, Any]:
